@@ -1,0 +1,163 @@
+"""Command line: `python -m core {train,export,evaluate,generate,bench} ...`. The only printing layer of the core."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, label: str):
+        self.label, self.t0 = label, time.perf_counter()
+
+    def __call__(self, done: int, total: int, info: float | str | None = None) -> None:
+        frac = done / max(total, 1)
+        el = time.perf_counter() - self.t0
+        eta = el / max(frac, 1e-9) - el
+        bar = "#" * int(30 * frac)
+        extra = f" loss {info:.4f}" if isinstance(info, float) else (f" {info}" if info else "")
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {done}/{total} {el:6.0f}s eta {eta:5.0f}s{extra}   ")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _train(args) -> int:
+    import torch
+    from . import family, train
+    torch.set_num_threads(args.threads) if args.threads else None
+    cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
+                            ckpt_every=args.ckpt_every)
+    run_dir = Path(args.run_dir or f"runs/{args.job}")
+    model = train.train(cfg, run_dir, Path(args.assets), ProgressBar(f"train {args.job}"))
+    if args.export:
+        config = model.cfg.to_dict()
+        family.export(args.job, model, config, dict(train_steps=cfg.steps, data_seed=cfg.data_seed,
+                                                    train_config=cfg.__dict__), Path(args.assets))
+        print(f"exported {args.job} to {args.assets}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .train import JOBS
+    p = argparse.ArgumentParser(prog="python -m core", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train (or resume) one model of the embedded family")
+    t.add_argument("--job", choices=JOBS, required=True)
+    t.add_argument("--steps", type=int, required=True)
+    t.add_argument("--batch", type=int, default=16)
+    t.add_argument("--lr", type=float, default=2e-3)
+    t.add_argument("--data-seed", type=int, default=0)
+    t.add_argument("--ckpt-every", type=int, default=50)
+    t.add_argument("--run-dir", default=None, help="checkpoint and log folder (default runs/<job>)")
+    t.add_argument("--assets", default=str(Path(__file__).resolve().parent.parent / "assets"))
+    t.add_argument("--export", action="store_true", help="write the trained weights into assets/")
+    t.add_argument("--threads", type=int, default=0)
+    t.set_defaults(func=_train)
+    return p
+
+
+def _add_run_args(p: argparse.ArgumentParser, method_choices) -> None:
+    from .config import MethodParams, SamplingConfig
+    m, s = MethodParams(), SamplingConfig()
+    p.add_argument("--prompt", default="a large red circle center on a striped blue background")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--k", type=int, default=m.k, help="codebook neighbours pooled (mulo)")
+    p.add_argument("--tau", type=float, default=m.tau, help="acceptance threshold on pooled mass (mulo)")
+    p.add_argument("--scale", type=int, default=m.scale, help="up-scale factor r (mulo)")
+    p.add_argument("--radius", type=int, default=m.radius, help="Chebyshev expansion radius l (mulo)")
+    p.add_argument("--window", type=int, default=m.window, help="ZipAR window w (zipar; inside mulo islands)")
+    p.add_argument("--draft-window", type=int, default=m.draft_window, help="drafter ZipAR window (0 = serial)")
+    p.add_argument("--draft-rows", type=int, default=m.draft_rows, help="low-res rows per cycle G (0 = all)")
+    p.add_argument("--upsampler", default=m.upsampler, help="pixel | nearest")
+    p.add_argument("--resample", default=m.resample, help="serial | islands")
+    p.add_argument("--rejection", default=m.rejection, help="local | raster")
+    p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, lantern)")
+    p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern)")
+    p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern)")
+    p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd)")
+    p.add_argument("--sjd-init", default=m.sjd_init, help="random | repeat (sjd)")
+    p.add_argument("--cfg", type=float, default=s.cfg, help="classifier-free guidance scale")
+    p.add_argument("--temperature", type=float, default=s.temperature)
+    p.add_argument("--top-k", type=int, default=s.top_k)
+    p.add_argument("--top-p", type=float, default=s.top_p)
+    p.add_argument("--threads", type=int, default=0)
+
+
+def run_config(args, method: str):
+    from .config import MethodParams, RunConfig, SamplingConfig
+    params = MethodParams(k=args.k, tau=args.tau, scale=args.scale, radius=args.radius, window=args.window,
+                          draft_window=args.draft_window, draft_rows=args.draft_rows, upsampler=args.upsampler,
+                          resample=args.resample, rejection=args.rejection, gamma=args.gamma, delta=args.delta,
+                          lantern_k=args.lantern_k, sjd_window=args.sjd_window, sjd_init=args.sjd_init)
+    sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params)
+
+
+def _generate(args) -> int:
+    import torch
+    from PIL import Image
+    from . import engine
+    from .trace import Trace
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = run_config(args, args.method)
+    pair = engine.load_pair(cfg.model)
+    engine.context(cfg, pair)  # validate everything before any work or output
+    bar, n = ProgressBar(f"{cfg.method}"), 0
+    trace = None
+    for ev in engine.stream(cfg, pair):
+        if isinstance(ev, Trace):
+            trace = ev
+        else:
+            n += len(ev.cells)
+            bar(min(n, pair.grid[0] * pair.grid[1]), pair.grid[0] * pair.grid[1], ev.phase)
+    img = engine.decode_image(trace.tokens, pair.tokenizer)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(img).save(out)
+    if args.trace:
+        Path(args.trace).write_text(trace.to_json())
+    t = trace.totals
+    print(f"{cfg.method}: target NFE {t['target_nfe']}, drafter NFE {t['drafter_nfe']}, "
+          f"wall {t['wall_ms'] / 1000:.2f} s, accepted {t['accepted_fraction']} -> {out}")
+    return 0
+
+
+def _evaluate(args) -> int:
+    import json
+    import torch
+    from . import evaluate
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    figures = evaluate.run(args.what, args.prompts, ProgressBar(f"evaluate {args.what}"),
+                           grids=tuple(int(g) for g in args.grids.split(",")), record=args.record)
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+def _extend(p: argparse.ArgumentParser) -> None:
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    g = sub.add_parser("generate", help="generate one image and its Trace")
+    g.add_argument("--method", default="mulo")
+    _add_run_args(g, None)
+    g.add_argument("--out", default="img.png")
+    g.add_argument("--trace", default=None, help="write the Trace JSON here")
+    g.set_defaults(func=_generate)
+    e = sub.add_parser("evaluate", help="measure the embedded family (tokenizer, classifier, ar quality)")
+    e.add_argument("--what", choices=("tokenizer", "classifier", "ar"), required=True)
+    e.add_argument("--prompts", type=int, default=200, help="held-out scenes / prompts")
+    e.add_argument("--grids", default="32,16,8", help="ar: token grids to evaluate")
+    e.add_argument("--record", action="store_true", help="write the figures into assets/manifest.json")
+    e.add_argument("--threads", type=int, default=0)
+    e.set_defaults(func=_evaluate)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    _extend(parser)
+    args = parser.parse_args(argv)
+    return args.func(args)

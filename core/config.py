@@ -1,0 +1,96 @@
+"""Frozen configurations of a run: sampling, method parameters, the run itself, and their validation.
+
+Validation lives here so that the CLI, the app and the tests reject bad parameters with one message
+that names the parameter and its allowed range, before any model runs or any file is written.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd")
+UPSAMPLERS = ("pixel", "nearest")
+RESAMPLE_MODES = ("serial", "islands")
+REJECTION_MODES = ("local", "raster")
+SJD_INITS = ("random", "repeat")
+
+
+class ParameterError(ValueError):
+    """A parameter outside its allowed range; the message names both."""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    cfg: float = 3.0            # classifier-free guidance scale s (1 = no guidance)
+    temperature: float = 1.0    # 0 = greedy
+    top_k: int = 0              # keep the k most likely tokens (0 = all)
+    top_p: float = 1.0          # nucleus mass kept (1 = all)
+
+
+@dataclass(frozen=True)
+class MethodParams:
+    k: int = 4                  # mulo: codebook neighbours pooled with the proposal token
+    tau: float = 0.1            # mulo: accept iff pooled mass >= tau
+    scale: int = 2              # mulo: up-scale factor r (drafter grid = target grid / r)
+    radius: int = 1             # mulo: Chebyshev expansion radius l
+    window: int = 16            # zipar window w; also the window inside mulo's islands
+    draft_window: int = 0       # mulo: ZipAR window of the drafter (0 = serial drafting)
+    draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)
+    upsampler: str = "pixel"    # mulo: pixel | nearest
+    resample: str = "islands"   # mulo: serial | islands
+    rejection: str = "local"    # mulo: local (expansion) | raster (discard the suffix from t0)
+    gamma: int = 4              # sd/lantern: tokens drafted per cycle
+    delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
+    lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
+    sjd_window: int = 16        # sjd: Jacobi window L
+    sjd_init: str = "random"    # sjd: random | repeat (copy the token to the left)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    method: str = "mulo"
+    prompt: str = "a large red circle center on a striped blue background"
+    seed: int = 0
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    params: MethodParams = field(default_factory=MethodParams)
+    model: str = "embedded"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def with_params(self, **kw) -> "RunConfig":
+        return replace(self, params=replace(self.params, **kw))
+
+
+def _check(ok: bool, name: str, allowed: str, value) -> None:
+    if not ok:
+        raise ParameterError(f"{name} must be {allowed}; got {value!r}")
+
+
+def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
+    """Raise ParameterError for the first parameter out of range."""
+    p, s = run.params, run.sampling
+    H, W = grid
+    from .methods import registry
+    _check(run.method in registry(), "method", f"one of {', '.join(registry())}", run.method)
+    _check(isinstance(run.seed, int) and 0 <= run.seed < 2 ** 63, "seed", "an integer in [0, 2^63)", run.seed)
+    _check(s.cfg >= 1.0, "cfg", ">= 1 (1 = no guidance)", s.cfg)
+    _check(s.temperature >= 0.0, "temperature", ">= 0 (0 = greedy)", s.temperature)
+    _check(0 <= s.top_k <= vocab_size, "top_k", f"in [0, {vocab_size}] (0 = off)", s.top_k)
+    _check(0.0 < s.top_p <= 1.0, "top_p", "in (0, 1]", s.top_p)
+    _check(0 <= p.k < vocab_size, "k", f"in [0, {vocab_size - 1}]", p.k)
+    _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
+    _check(p.scale >= 1 and H % p.scale == 0 and W % p.scale == 0 and p.scale in (2, 4),
+           "scale", f"2 or 4, dividing the {H}x{W} grid", p.scale)
+    _check(p.radius >= 0, "radius", ">= 0", p.radius)
+    _check(p.window >= 1, "window", ">= 1", p.window)
+    _check(p.draft_window >= 0, "draft_window", ">= 0 (0 = serial drafting)", p.draft_window)
+    _check(0 <= p.draft_rows <= H // max(p.scale, 1), "draft_rows", f"in [0, {H // max(p.scale, 1)}] (0 = all rows)",
+           p.draft_rows)
+    _check(p.upsampler in UPSAMPLERS, "upsampler", f"one of {', '.join(UPSAMPLERS)}", p.upsampler)
+    _check(p.resample in RESAMPLE_MODES, "resample", f"one of {', '.join(RESAMPLE_MODES)}", p.resample)
+    _check(p.rejection in REJECTION_MODES, "rejection", f"one of {', '.join(REJECTION_MODES)}", p.rejection)
+    _check(p.gamma >= 1, "gamma", ">= 1", p.gamma)
+    _check(0.0 <= p.delta <= 1.0, "delta", "in [0, 1]", p.delta)
+    _check(p.lantern_k >= 0, "lantern_k", ">= 0", p.lantern_k)
+    _check(p.sjd_window >= 1, "sjd_window", ">= 1", p.sjd_window)
+    _check(p.sjd_init in SJD_INITS, "sjd_init", f"one of {', '.join(SJD_INITS)}", p.sjd_init)

@@ -1,0 +1,119 @@
+"""Composition root: a RunConfig becomes models + a method, whose Steps become a Trace.
+
+`stream` yields each Step as the method produces it (the app and the CLI show progress from it)
+and finally the Trace; `run` returns just the Trace. Model pairs are loaded once per process.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from . import data
+from .config import ParameterError, RunConfig, validate
+from .decoding import MethodContext
+from .domain import canonical_prompt
+from .methods import registry
+from .trace import Step, Trace, totals
+
+
+@dataclass
+class ModelPair:
+    """A target, its drafters and their shared tokenizer."""
+    name: str
+    target: torch.nn.Module             # GPT at the target grid
+    multiscale: torch.nn.Module         # GPT serving the low-res grids (mulo's drafter)
+    small: torch.nn.Module | None       # same-resolution small drafter (sd, lantern)
+    tokenizer: torch.nn.Module
+    grid: tuple[int, int]
+    caption: Callable                   # (prompt, grid) -> ((P,) ids or features, (P,) mask)
+    neighbours: torch.Tensor            # (V, K) nearest codes, nearest first
+    scales: tuple = (2, 4)              # up-scale factors r the multiscale drafter serves
+    device: str = "cpu"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+
+def _embedded_caption(prompt: str, grid: tuple[int, int]):
+    return data.caption_ids(canonical_prompt(prompt), grid[0])
+
+
+@lru_cache(maxsize=2)
+def load_pair(name: str = "embedded") -> ModelPair:
+    if name != "embedded":
+        raise ValueError(f"unknown model pair {name!r}; available: embedded")
+    from . import family
+    tok = family.load_tokenizer()
+    target = family.load_gpt("target")
+    small = family.load_gpt("drafter") if (family.ASSETS / family.FILES["drafter"]).exists() else None
+    return ModelPair(name, target, target, small, tok, (32, 32), _embedded_caption,
+                    tok.neighbours(tok.vocab_size - 1))
+
+
+def context(run: RunConfig, pair: ModelPair) -> MethodContext:
+    validate(run, pair.vocab_size, pair.grid)
+    if run.method == "mulo" and run.params.scale not in pair.scales:
+        raise ParameterError(f"scale must be one of {', '.join(map(str, pair.scales))} for the {pair.name} "
+                             f"model pair; got {run.params.scale}")
+    pair.caption(run.prompt, pair.grid)  # unknown words fail here, before any model runs
+    gen = torch.Generator(device="cpu").manual_seed(run.seed)
+    drafter = pair.multiscale if run.method == "mulo" else pair.small
+    if run.method in ("sd", "lantern") and drafter is None:
+        raise ValueError(f"the {pair.name} pair ships no same-resolution drafter for {run.method}")
+    return MethodContext(target=pair.target, drafter=drafter, tokenizer=pair.tokenizer, grid=pair.grid,
+                         caption=lambda grid: pair.caption(run.prompt, grid), sampling=run.sampling,
+                         params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours)
+
+
+def _grid_list(a) -> list | None:
+    return None if a is None else np.asarray(a).astype(int).tolist()
+
+
+def stream(run: RunConfig, pair: ModelPair | None = None) -> Iterator[Step | Trace]:
+    """Yield every Step of the run as it happens, then the Trace."""
+    pair = pair or load_pair(run.model)
+    ctx = context(run, pair)
+    method = registry()[run.method]
+    steps: list[dict] = []
+    with torch.inference_mode():
+        gen = method(ctx)
+        while True:
+            try:
+                step = next(gen)
+            except StopIteration as stop:
+                result = stop.value
+                break
+            steps.append(step.to_dict())
+            yield step
+    draft_grid = None if result.draft is None else list(result.draft.shape)
+    params = dict(run.params.__dict__, **run.sampling.__dict__)
+    yield Trace(method=run.method, params=params, seed=run.seed, prompt=run.prompt, model=pair.name,
+                grid=dict(target=list(pair.grid), draft=draft_grid), tokens=_grid_list(result.tokens),
+                proposal=_grid_list(result.proposal), draft=_grid_list(result.draft), steps=steps,
+                totals=totals(steps, result.accepted_fraction))
+
+
+def run(run_cfg: RunConfig, pair: ModelPair | None = None) -> Trace:
+    out = None
+    for out in stream(run_cfg, pair):
+        pass
+    return out
+
+
+def decode_image(trace_tokens, tokenizer) -> np.ndarray:
+    """(H, W) token grid -> (S, S, 3) uint8 image."""
+    with torch.inference_mode():
+        img = tokenizer.decode(torch.as_tensor(np.asarray(trace_tokens), dtype=torch.long)[None])[0]
+    return data.to_uint8(img)
+
+
+def timed_decode(trace: Trace, tokenizer) -> tuple[np.ndarray, float]:
+    t0 = time.perf_counter()
+    img = decode_image(trace.tokens, tokenizer)
+    return img, (time.perf_counter() - t0) * 1000.0

@@ -1,0 +1,127 @@
+"""Measurements of the embedded family on held-out seeds: tokenizer, classifier, ar quality.
+
+Every figure here is computed on scenes from data.HELDOUT_SEED on, never seen in training.
+`quality` (prompt adherence and Fréchet distance of a set of images) is shared with the benchmark.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import data, family
+from .config import RunConfig
+from .domain import Scene
+from .evaluation import adherence, frechet_distance
+
+
+def heldout(n: int) -> list[Scene]:
+    return data.scenes(data.HELDOUT_SEED, n)
+
+
+def reference_features(scenes: list[Scene], classifier) -> np.ndarray:
+    with torch.inference_mode():
+        return classifier.read(data.image_batch(scenes, 64))[1].numpy()
+
+
+def quality(images: list[np.ndarray], scenes: list[Scene], classifier) -> dict:
+    """Prompt adherence and Fréchet distance (vs ground-truth renders of the same scenes)."""
+    with torch.inference_mode():
+        x = torch.stack([data.to_tensor(im) for im in images])
+        if x.shape[-1] != 64:
+            x = F.interpolate(x, size=64, mode="bilinear", align_corners=False)
+        reads, feats = classifier.read(x)
+    adh = [adherence(s, r) for s, r in zip(scenes, reads)]
+    fd = frechet_distance(feats.numpy(), reference_features(scenes, classifier)) if len(images) > 2 else float("nan")
+    return dict(adherence=float(np.mean(adh)), frechet=fd, n=len(images))
+
+
+def tokenizer_figures(n: int, progress: Callable) -> dict:
+    tok = family.load_tokenizer()
+    used = torch.zeros(tok.vocab_size, dtype=torch.bool)
+    psnr = {}
+    scenes = heldout(n)
+    for size in (64, 32, 16):
+        errs = []
+        for b in range(0, n, 32):
+            img = data.image_batch(scenes[b:b + 32], size)
+            with torch.inference_mode():
+                idx = tok.encode(img)
+                rec = tok.decode(idx)
+            used[idx.flatten()] = True
+            mse = ((rec - img) / 2).pow(2).mean(dim=(1, 2, 3))  # images in [0, 1] units
+            errs.append(10 * torch.log10(1.0 / mse.clamp_min(1e-10)))
+            progress(b + 32, n, f"{size}px")
+        psnr[f"psnr_{size}px"] = round(float(torch.cat(errs).mean()), 2)
+    return dict(codebook_usage=round(float(used.float().mean()), 4), heldout_images=n, **psnr)
+
+
+def classifier_figures(n: int, progress: Callable) -> dict:
+    from .evaluation import CELL_HEADS, attribute_targets
+    clf, tok = family.load_classifier(), family.load_tokenizer()
+    scenes = heldout(n)
+    out = {}
+    for size in (64, 32, 16):
+        hits: dict = {}
+        adh = []
+        for b in range(0, n, 50):
+            chunk = scenes[b:b + 50]
+            with torch.inference_mode():
+                img = tok.decode(tok.encode(data.image_batch(chunk, size)))  # as generated images arrive
+                reads, _ = clf.read(img)
+                cell_logits, bg_logits, _ = clf(F.interpolate(img, size=64, mode="bilinear") if size != 64 else img)
+            t = attribute_targets(chunk)
+            start = 0
+            for name, k in CELL_HEADS:
+                pred = cell_logits[..., start:start + k].argmax(-1)
+                ok = t[name] != -100
+                hits.setdefault(name, []).append(((pred == t[name]) & ok).sum().item() / max(ok.sum().item(), 1))
+                start += k
+            adh += [adherence(s, r) for s, r in zip(chunk, reads)]
+            progress(b + 50, n, f"{size}px")
+        out[f"{size}px"] = dict({k: round(float(np.mean(v)), 4) for k, v in hits.items()},
+                                adherence_on_ground_truth=round(float(np.mean(adh)), 4))
+    return dict(heldout_images=n, accuracy=out)
+
+
+def ar_figures(n: int, progress: Callable, grids=(32, 16, 8)) -> dict:
+    from . import engine
+    pair = engine.load_pair("embedded")
+    clf = family.load_classifier()
+    scenes = heldout(n)
+    out = {}
+    for g in grids:
+        gp = dataclasses.replace(pair, grid=(g, g))
+        images, walls = [], []
+        for i, s in enumerate(scenes):
+            tr = engine.run(RunConfig(method="ar", prompt=s.caption(), seed=i), gp)
+            images.append(engine.decode_image(tr.tokens, pair.tokenizer))
+            walls.append(tr.totals["wall_ms"])
+            progress(i + 1, n, f"{g}x{g}")
+        q = quality(images, scenes, clf)
+        out[f"{g}x{g}"] = dict(adherence=round(q["adherence"], 4), frechet=round(q["frechet"], 3),
+                               mean_wall_s=round(float(np.mean(walls)) / 1000, 3), prompts=n)
+    out["reference_frechet_noise_floor"] = round(_split_half_frechet(n, clf), 3)
+    return out
+
+
+def _split_half_frechet(n: int, clf) -> float:
+    """FD between two disjoint sets of ground-truth images: the floor a perfect generator would get."""
+    a = reference_features(heldout(n), clf)
+    b = reference_features(data.scenes(data.HELDOUT_SEED + 500_000, n), clf)
+    return frechet_distance(a, b)
+
+
+def run(what: str, n: int, progress: Callable, grids=(32, 16, 8), record: bool = False) -> dict:
+    if what == "tokenizer":
+        figs = tokenizer_figures(n, progress)
+    elif what == "classifier":
+        figs = classifier_figures(n, progress)
+    else:
+        figs = ar_figures(n, progress, grids)
+    if record:
+        family.record_evaluation({"ar": "target"}.get(what, what), figs)
+    return figs

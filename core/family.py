@@ -1,0 +1,96 @@
+"""The embedded model family on disk: safetensors weights plus a manifest with provenance.
+
+Owns loading (checksums verified) and exporting of the tokenizer, the multi-resolution target
+(which also serves as the 16x16 and 8x8 drafter), the small same-resolution drafter and the
+evaluator's classifier. Nothing here downloads anything.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .evaluation import Classifier, ClassifierConfig
+from .models.gpt import GPT, GPTConfig
+from .models.vq import VQConfig, VQModel
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MANIFEST = "manifest.json"
+FILES = {"tokenizer": "tokenizer.safetensors", "target": "target.safetensors",
+         "drafter": "drafter.safetensors", "classifier": "classifier.safetensors"}
+
+
+class AssetError(RuntimeError):
+    """Missing or corrupted shipped weights."""
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_manifest(assets: Path = ASSETS) -> dict:
+    path = assets / MANIFEST
+    if not path.exists():
+        return {"schema": "mulo-assets/1", "models": {}}
+    return json.loads(path.read_text())
+
+
+def _entry(name: str, assets: Path, verify: bool) -> tuple[dict, dict]:
+    entry = read_manifest(assets)["models"].get(name)
+    path = assets / FILES[name]
+    if entry is None or not path.exists():
+        raise AssetError(f"the {name} weights are missing: expected {path} listed in {assets / MANIFEST}; "
+                         f"train them with `python -m core train --job {name}`")
+    if verify and sha256(path) != entry["sha256"]:
+        raise AssetError(f"{path} does not match the checksum in {assets / MANIFEST}")
+    return entry, load_file(str(path))
+
+
+def load_tokenizer(assets: Path = ASSETS, verify: bool = True) -> VQModel:
+    entry, state = _entry("tokenizer", assets, verify)
+    cfg = dict(entry["config"])
+    cfg["ch_mult"] = tuple(cfg["ch_mult"])
+    model = VQModel(VQConfig(**cfg))
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def load_gpt(name: str, assets: Path = ASSETS, verify: bool = True) -> GPT:
+    entry, state = _entry(name, assets, verify)
+    model = GPT(GPTConfig(**entry["config"]))
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def load_classifier(assets: Path = ASSETS, verify: bool = True) -> Classifier:
+    entry, state = _entry("classifier", assets, verify)
+    model = Classifier(ClassifierConfig(**entry["config"]))
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def export(name: str, model: torch.nn.Module, config: dict, provenance: dict, assets: Path = ASSETS) -> Path:
+    """Write weights (fp16 for the GPTs, fp32 otherwise) and record config, checksum and provenance."""
+    assets.mkdir(parents=True, exist_ok=True)
+    path = assets / FILES[name]
+    half = name in ("target", "drafter")
+    state = {k: (v.half() if half and v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path))
+    manifest = read_manifest(assets)
+    manifest["models"][name] = dict(file=FILES[name], sha256=sha256(path), bytes=path.stat().st_size,
+                                    config=config, **provenance)
+    (assets / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def record_evaluation(name: str, figures: dict, assets: Path = ASSETS) -> None:
+    manifest = read_manifest(assets)
+    manifest["models"][name].setdefault("evaluation", {}).update(figures)
+    (assets / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

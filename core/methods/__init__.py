@@ -1,0 +1,22 @@
+"""Decoding methods, one file each. A method is a generator: it yields Steps (core.trace) and
+returns a Result. Methods compose the shared pieces of core.decoding, core.schedules,
+core.islands, core.upsampling and core.acceptance; none copies another."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Result:
+    tokens: np.ndarray                    # (H, W) final tokens
+    proposal: np.ndarray | None = None    # (H, W) up-sampled proposal (mulo)
+    draft: np.ndarray | None = None       # (h, w) low-res draft (mulo)
+    accepted_fraction: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def registry() -> dict:
+    from . import ar, mulo, zipar
+    return {"ar": ar.run, "zipar": zipar.run, "mulo": mulo.run}

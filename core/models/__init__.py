@@ -1,0 +1,1 @@
+"""Models: protocols, the positional KV cache, the embedded transformer and VQ tokenizer."""

@@ -1,0 +1,285 @@
+"""LLaMA-style image-token decoder with a caption prefix (the LlamaGen GPT layout is one configuration).
+
+Owns the transformer (RMSNorm, SwiGLU, fused qkv, 2D RoPE over (row, col)), the caption prefix
+(projected caption features, a learned null caption for classifier-free guidance) and the engine's
+primitive: a forward over an arbitrary set of grid cells through the positional KV cache.
+
+Convention: the token of cell t is written at slot P + t; its output predicts cell t + 1. The last
+prefix slot predicts cell 0. Module names follow LlamaGen's GPT so its state dicts load unchanged.
+It does not know about sampling, CFG mixing or decoding methods.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cache import KVCache
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 512            # image codebook size V
+    dim: int = 256                   # model width D
+    n_layer: int = 6
+    n_head: int = 8
+    multiple_of: int = 64            # SwiGLU hidden width is rounded up to a multiple of this
+    ffn_dim_multiplier: float | None = None
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    prefix_len: int = 28             # caption positions P (LlamaGen t2i: 120)
+    caption_dim: int = 64            # caption feature width (LlamaGen t2i: 2048, FLAN-T5-XL)
+    caption_vocab: int = 0           # > 0: captions arrive as word ids, embedded by a learned table
+    prefix_rope: str = "identity"    # "zero": LlamaGen's all-zero rotation on prefix positions
+    rope_ref_grid: int = 0           # > 0: cells placed in one physical frame of this grid side
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        hidden = int(2 * 4 * cfg.dim / 3)
+        if cfg.ffn_dim_multiplier is not None:
+            hidden = int(cfg.ffn_dim_multiplier * hidden)
+        hidden = cfg.multiple_of * math.ceil(hidden / cfg.multiple_of)
+        self.w1 = nn.Linear(cfg.dim, hidden, bias=False)
+        self.w3 = nn.Linear(cfg.dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, cfg.dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    # x (B, T, h, d), rope (T, d/2, 2) = (cos, sin) per adjacent pair of channels
+    xs = x.float().reshape(*x.shape[:-1], -1, 2)
+    cos, sin = rope[None, :, None, :, 0], rope[None, :, None, :, 1]
+    out = torch.stack([xs[..., 0] * cos - xs[..., 1] * sin, xs[..., 1] * cos + xs[..., 0] * sin], dim=-1)
+    return out.flatten(3).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x, rope, ctx, layer: int):
+        B, T, _ = x.shape
+        q, k, v = self.wqkv(x).split(x.shape[-1], dim=-1)
+        q = apply_rope(q.view(B, T, self.n_head, self.head_dim), rope).transpose(1, 2)  # (B, h, T, d)
+        k = apply_rope(k.view(B, T, self.n_head, self.head_dim), rope).transpose(1, 2)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k_all, v_all, mask = ctx.keys(layer, k, v)  # (B, h, S, d), mask (B, 1, T, S)
+        y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, is_causal=mask is None)
+        return self.wo(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.attention = Attention(cfg)
+        self.feed_forward = FeedForward(cfg)
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+    def forward(self, x, rope, ctx, layer):
+        h = x + self.attention(self.attention_norm(x), rope, ctx, layer)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in: int, d_hidden: int, d_out: int):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.act = nn.GELU(approximate="tanh")
+        self.fc2 = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class CaptionEmbedder(nn.Module):
+    """Projects caption features to the model width; a learned null caption serves CFG."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cap_proj = MLP(cfg.caption_dim, cfg.dim, cfg.dim)
+        self.uncond_embedding = nn.Parameter(torch.randn(cfg.prefix_len, cfg.caption_dim) / cfg.caption_dim ** 0.5)
+
+    def forward(self, feats: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
+        # feats (B, P, C); drop (B,) bool rows replaced by the null caption
+        if drop is not None:
+            feats = torch.where(drop[:, None, None], self.uncond_embedding[None].to(feats.dtype), feats)
+        return self.cap_proj(feats)
+
+
+class _FullContext:
+    """Attention among the tokens of one call only (training, prefill)."""
+
+    def __init__(self, mask, cache: KVCache | None = None, slots: torch.Tensor | None = None):
+        self.mask, self.cache, self.slots = mask, cache, slots
+
+    def keys(self, layer, k, v):
+        if self.cache is not None:
+            self.cache.write(layer, self.slots, k, v)
+        return k, v, self.mask
+
+
+class _CachedContext:
+    """Attention to the cache plus the call's own tokens; written tokens go to their slots first."""
+
+    def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor, mask: torch.Tensor):
+        self.cache, self.slots, self.write, self.mask = cache, slots, write, mask
+
+    def keys(self, layer, k, v):
+        w = self.write
+        if bool(w.any()):
+            self.cache.write(layer, self.slots[w], k[:, :, w], v[:, :, w])
+        if bool(w.all()):
+            return self.cache.k[layer], self.cache.v[layer], self.mask
+        k_all = torch.cat([self.cache.k[layer], k[:, :, ~w]], dim=2)
+        v_all = torch.cat([self.cache.v[layer], v[:, :, ~w]], dim=2)
+        return k_all, v_all, self.mask
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        if cfg.caption_vocab > 0:
+            self.caption_words = nn.Embedding(cfg.caption_vocab, cfg.caption_dim)
+        self.cls_embedding = CaptionEmbedder(cfg)
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layer))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self._rope: dict = {}
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    # ---- positions -------------------------------------------------------------------------
+    def rope(self, grid: tuple[int, int], device) -> torch.Tensor:
+        """(P + H*W, d/2, 2) rotation per slot: prefix slots first, then cells in raster order."""
+        key = (grid, str(device))
+        if key not in self._rope:
+            self._rope[key] = self._build_rope(grid).to(device)
+        return self._rope[key]
+
+    def _build_rope(self, grid: tuple[int, int]) -> torch.Tensor:
+        cfg, (H, W) = self.cfg, grid
+        quarter = cfg.head_dim // 4  # pairs rotated by the row; as many by the column
+        freqs = 1.0 / (cfg.rope_base ** (torch.arange(0, 2 * quarter, 2)[:quarter].float() / (2 * quarter)))
+        rows, cols = torch.arange(H, dtype=torch.float32), torch.arange(W, dtype=torch.float32)
+        if cfg.rope_ref_grid > 0:  # the centre of cell i sits at the same place on every grid
+            rows = (rows + 0.5) * cfg.rope_ref_grid / H - 0.5
+            cols = (cols + 0.5) * cfg.rope_ref_grid / W - 0.5
+        ang_r = torch.outer(rows, freqs)[:, None, :].expand(H, W, quarter)
+        ang_c = torch.outer(cols, freqs)[None, :, :].expand(H, W, quarter)
+        ang = torch.cat([ang_r, ang_c], dim=-1).reshape(H * W, 2 * quarter)
+        cells = torch.stack([torch.cos(ang), torch.sin(ang)], dim=-1)
+        prefix = torch.zeros(cfg.prefix_len, 2 * quarter, 2)
+        if cfg.prefix_rope == "identity":
+            prefix[..., 0] = 1.0
+        return torch.cat([prefix, cells], dim=0)
+
+    # ---- caption prefix ----------------------------------------------------------------------
+    def prefix_embeddings(self, captions: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
+        """captions: (B, P) word ids or (B, P, C) features -> (B, P, D)."""
+        feats = self.caption_words(captions) if captions.dtype in (torch.int32, torch.int64) else captions
+        return self.cls_embedding(feats, drop)
+
+    def _trunk(self, x, rope, ctx):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, rope, ctx, i)
+        return self.output(self.norm(x)).float()
+
+    # ---- training / reference path -----------------------------------------------------------
+    def forward(self, captions, prefix_mask, tokens, grid, drop=None) -> torch.Tensor:
+        """Teacher-forced logits for every cell. tokens (B, N) -> (B, N, V); logits[:, t] predict cell t."""
+        B, N = tokens.shape
+        P = self.cfg.prefix_len
+        x = torch.cat([self.prefix_embeddings(captions, drop), self.tok_embeddings(tokens[:, :-1])], dim=1)
+        L = P + N - 1
+        mask = None  # plain causal attention (the fast kernel) unless some prefix slots are padding
+        if not bool(prefix_mask.all()):
+            causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+            key_ok = torch.cat([prefix_mask, torch.ones(B, N - 1, dtype=torch.bool, device=x.device)], dim=1)
+            mask = ((causal[None] & key_ok[:, None, :]) | torch.eye(L, dtype=torch.bool, device=x.device)[None])[:, None]
+        logits = self._trunk(x, self.rope(grid, x.device)[:L], _FullContext(mask))
+        return logits[:, P - 1:]
+
+    # ---- the engine's primitive --------------------------------------------------------------
+    def new_cache(self, batch: int, grid: tuple[int, int], device, dtype=torch.float32) -> KVCache:
+        c = self.cfg
+        return KVCache(c.n_layer, batch, c.n_head, c.prefix_len, grid[0] * grid[1], c.head_dim, device, dtype)
+
+    @torch.no_grad()
+    def prefill(self, cache: KVCache, captions, prefix_mask, grid, drop=None) -> torch.Tensor:
+        """Write the caption prefix into the cache; returns (B, V) logits for cell 0.
+
+        drop (B,) bool: rows that read the null caption (the unconditional half of CFG)."""
+        P = self.cfg.prefix_len
+        x = self.prefix_embeddings(captions, drop).to(cache.k.dtype)
+        causal = torch.ones(P, P, dtype=torch.bool, device=x.device).tril()
+        mask = (causal[None] & prefix_mask[:, None, :]) | torch.eye(P, dtype=torch.bool, device=x.device)[None]
+        slots = torch.arange(P, device=x.device)
+        logits = self._trunk(x, self.rope(grid, x.device)[:P], _FullContext(mask[:, None], cache, slots))
+        cache.valid[:, :P] = prefix_mask
+        return logits[:, -1]
+
+    @torch.no_grad()
+    def forward_cells(self, cache: KVCache, tokens: torch.Tensor, cells: torch.Tensor, grid,
+                      write: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed tokens (B, T) at cells (T,) (raster indices); returns (B, T, V), [:, j] predicting cell cells[j]+1.
+
+        Each query attends to the valid prefix and to every written cell whose raster index is not
+        larger than its own (cells written in this call included). Tokens with write=False are seen
+        by their own query only and leave the cache untouched (ZipAR's stand-in tokens).
+        """
+        P, dev = self.cfg.prefix_len, tokens.device
+        write = torch.ones(cells.shape[0], dtype=torch.bool, device=dev) if write is None else write
+        slots = cells + P  # (T,)
+        cache.valid[:, slots[write]] = True
+        S = cache.valid.shape[1]
+        s_idx = torch.arange(S, device=dev)
+        see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, T, S)
+        own_stale = (s_idx[None, :] == slots[:, None]) & ~write[:, None]  # an unwritten query's own slot
+        see = see & ~own_stale[None]
+        if not bool(write.all()):
+            n_extra = int((~write).sum())
+            extra = torch.zeros(cells.shape[0], n_extra, dtype=torch.bool, device=dev)
+            extra[torch.nonzero(~write).squeeze(1), torch.arange(n_extra, device=dev)] = True
+            see = torch.cat([see, extra[None].expand(see.shape[0], -1, -1)], dim=2)
+        x = self.tok_embeddings(tokens).to(cache.k.dtype)
+        rope = self.rope(grid, dev)[slots]
+        return self._trunk(x, rope, _CachedContext(cache, slots, write, see[:, None]))

@@ -1,0 +1,171 @@
+"""Training of the embedded family: tokenizer, multi-resolution target/drafter, small drafter, classifier.
+
+Owns the resumable loop (checkpoint every few steps; a rerun continues where it stopped), the
+per-job losses and the deterministic data stream (the batch of step s depends only on the data seed
+and s). Reports progress through a callback; never prints.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from . import data
+from .evaluation import Classifier, ClassifierConfig, attribute_targets
+from .models.gpt import GPT, GPTConfig
+from .models.vq import VQConfig, VQModel
+
+JOBS = ("tokenizer", "target", "drafter", "classifier")
+# the embedded family's configurations (the target serves all three grids; see core/family.py)
+TOKENIZER = VQConfig()
+TARGET = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=128, n_layer=4, n_head=4, prefix_len=data.CAPTION_LEN,
+                   caption_dim=64, caption_vocab=data.CAPTION_VOCAB, rope_ref_grid=32)
+SMALL_DRAFTER = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=96, n_layer=2, n_head=3,
+                          prefix_len=data.CAPTION_LEN, caption_dim=32, caption_vocab=data.CAPTION_VOCAB,
+                          rope_ref_grid=32)
+CLASSIFIER = ClassifierConfig()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    job: str                  # one of JOBS
+    steps: int                # total optimizer steps
+    batch: int                # images per step
+    lr: float                 # peak learning rate (warm-up then cosine decay)
+    data_seed: int = 0        # seeds the data stream and the initialisation
+    ckpt_every: int = 50      # steps between resumable checkpoints
+    warmup: int = 50
+    grids: tuple = (32, 16, 8)  # AR jobs: token grids cycled through, one per step
+
+
+def _lr(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def _scene_batch(cfg: TrainConfig, step: int, n: int):
+    rng = data.rng_for(cfg.data_seed * 1_000_003 + step)
+    seeds = rng.integers(0, data.HELDOUT_SEED, size=n)
+    return [data.sample_scene(int(s)) for s in seeds], rng
+
+
+class TokenizerJob:
+    def __init__(self, cfg: TrainConfig, assets: Path | None):
+        self.cfg, self.model = cfg, VQModel(TOKENIZER)
+        self.usage = torch.zeros(TOKENIZER.codebook_size)
+        self.latents: torch.Tensor | None = None  # (n, d) normalized latents of the last step
+
+    def loss(self, step: int):
+        if step % 25 == 0 and self.latents is not None:  # restart dead codes on recent latents
+            dead = torch.nonzero(self.usage == 0).squeeze(1)
+            if len(dead):
+                pick = torch.randint(0, self.latents.shape[0], (len(dead),))
+                with torch.no_grad():
+                    self.model.quantize.embedding.weight[dead] = self.latents[pick]
+            self.usage.zero_()
+        scenes, rng = _scene_batch(self.cfg, step, self.cfg.batch)
+        size = (64, 32, 16)[step % 3]
+        img = data.image_batch(scenes, size)
+        if size == 64:  # random 32x32 crops keep the step cheap; the network is fully convolutional
+            y, x = (int(v) for v in rng.integers(0, 33, size=2))
+            img = img[:, :, y:y + 32, x:x + 32]
+        rec, idx, vq_loss, flat = self.model(img)
+        self.usage += torch.bincount(idx.flatten(), minlength=TOKENIZER.codebook_size)
+        self.latents = flat.detach()
+        return F.mse_loss(rec, img) + vq_loss
+
+
+class ARJob:
+    def __init__(self, cfg: TrainConfig, assets: Path, model_cfg: GPTConfig):
+        from .family import load_tokenizer
+        self.cfg, self.model = cfg, GPT(model_cfg)
+        self.tokenizer = load_tokenizer(assets)
+
+    def loss(self, step: int):
+        grid = self.cfg.grids[step % len(self.cfg.grids)]
+        # equal token count per step whatever the grid: 32x32 steps take batch, coarser ones more images
+        n = self.cfg.batch * (32 // grid) ** 2 // (2 if grid == 8 else 1)
+        scenes, rng = _scene_batch(self.cfg, step, n)
+        img = data.image_batch(scenes, grid * TOKENIZER.downsample)
+        tokens = self.tokenizer.encode(img).flatten(1)  # (B, N)
+        caps, masks = zip(*(data.caption_ids(s.caption(), grid) for s in scenes))
+        caps, masks = torch.stack(caps), torch.stack(masks)
+        drop = torch.from_numpy(rng.random(n) < 0.1)  # caption dropout teaches the null caption (CFG)
+        masks = masks | drop[:, None]
+        logits = self.model(caps, masks, tokens, (grid, grid), drop=drop)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+
+
+class ClassifierJob:
+    def __init__(self, cfg: TrainConfig, assets: Path):
+        from .family import load_tokenizer
+        self.cfg, self.model = cfg, Classifier(CLASSIFIER)
+        self.tokenizer = load_tokenizer(assets)
+
+    def loss(self, step: int):
+        scenes, rng = _scene_batch(self.cfg, step, self.cfg.batch)
+        size = (64, 32, 16)[step % 3]
+        img = data.image_batch(scenes, size)
+        if rng.random() < 0.5:  # generated images come through the tokenizer: learn its artefacts
+            img = self.tokenizer.decode(self.tokenizer.encode(img))
+        img = F.interpolate(img, size=64, mode="bilinear", align_corners=False) if size != 64 else img
+        return self.model.loss(img, attribute_targets(scenes))
+
+
+def make_job(cfg: TrainConfig, assets: Path):
+    if cfg.job == "tokenizer":
+        return TokenizerJob(cfg, assets)
+    if cfg.job == "target":
+        return ARJob(cfg, assets, TARGET)
+    if cfg.job == "drafter":
+        return ARJob(cfg, assets, SMALL_DRAFTER)
+    if cfg.job == "classifier":
+        return ClassifierJob(cfg, assets)
+    raise ValueError(f"unknown job {cfg.job!r}; choose one of {', '.join(JOBS)}")
+
+
+def train(cfg: TrainConfig, run_dir: Path, assets: Path,
+          progress: Callable[[int, int, float], None] = lambda *a: None) -> torch.nn.Module:
+    """Train (or resume) one job in run_dir; returns the trained module. Logs to run_dir/log.jsonl."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.data_seed)
+    job = make_job(cfg, assets)
+    opt = torch.optim.AdamW(job.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    ckpt, start = run_dir / "ckpt.pt", 0
+    if ckpt.exists():
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        if state["config"] != cfg.__dict__:
+            raise ValueError(f"{ckpt} was made with another configuration; use a new run folder")
+        job.model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"]
+        torch.set_rng_state(state["torch_rng"])
+    log = open(run_dir / "log.jsonl", "a")
+    job.model.train()
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        for g in opt.param_groups:
+            g["lr"] = _lr(cfg, step)
+        loss = job.loss(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(job.model.parameters(), 1.0)
+        opt.step()
+        log.write(json.dumps(dict(step=step + 1, loss=float(loss), lr=_lr(cfg, step),
+                                  sec=round(time.perf_counter() - t0, 3))) + "\n")
+        progress(step + 1, cfg.steps, float(loss))
+        if (step + 1) % cfg.ckpt_every == 0 or step + 1 == cfg.steps:
+            log.flush()
+            torch.save(dict(config=cfg.__dict__, model=job.model.state_dict(), opt=opt.state_dict(),
+                            step=step + 1, torch_rng=torch.get_rng_state()), ckpt)
+    log.close()
+    job.model.eval()
+    return job.model

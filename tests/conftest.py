@@ -1,0 +1,31 @@
+import dataclasses
+
+import pytest
+import torch
+
+from core import data, engine, family
+from core.models.gpt import GPT
+from core.train import TARGET
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return family.load_tokenizer()
+
+
+def tiny_gpt(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    cfg = dataclasses.replace(TARGET, dim=64, n_layer=2, n_head=2, **overrides)
+    return GPT(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tokenizer):
+    """A random tiny target on a 16x16 grid with the shipped tokenizer: fast, and sharp enough to reject."""
+    target = tiny_gpt(0)
+    small = tiny_gpt(1, n_layer=1)
+    return engine.ModelPair("tiny", target, target, small, tokenizer, (16, 16),
+                            lambda prompt, grid: data.caption_ids(prompt, 32),
+                            tokenizer.neighbours(tokenizer.vocab_size - 1), scales=(2, 4))
