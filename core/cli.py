@@ -127,6 +127,21 @@ def _generate(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    import torch
+    from . import family, train
+    run_dir = Path(args.run_dir or f"runs/{args.job}")
+    state = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=False)
+    cfg = train.TrainConfig(**state["config"])
+    model = train.make_job(cfg, Path(args.assets)).model
+    model.load_state_dict(state["model"])
+    family.export(args.job, model.eval(), model.cfg.to_dict(),
+                  dict(train_steps=state["step"], data_seed=cfg.data_seed, train_config=state["config"]),
+                  Path(args.assets))
+    print(f"exported {args.job} at step {state['step']} of {cfg.steps} to {args.assets}")
+    return 0
+
+
 def _evaluate(args) -> int:
     import json
     import torch
@@ -147,6 +162,11 @@ def _extend(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default="img.png")
     g.add_argument("--trace", default=None, help="write the Trace JSON here")
     g.set_defaults(func=_generate)
+    x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
+    x.add_argument("--job", required=True)
+    x.add_argument("--run-dir", default=None)
+    x.add_argument("--assets", default=str(Path(__file__).resolve().parent.parent / "assets"))
+    x.set_defaults(func=_export)
     e = sub.add_parser("evaluate", help="measure the embedded family (tokenizer, classifier, ar quality)")
     e.add_argument("--what", choices=("tokenizer", "classifier", "ar"), required=True)
     e.add_argument("--prompts", type=int, default=200, help="held-out scenes / prompts")

@@ -17,7 +17,7 @@ def tokenizer():
 
 def tiny_gpt(seed: int = 0, **overrides) -> GPT:
     torch.manual_seed(seed)
-    cfg = dataclasses.replace(TARGET, dim=64, n_layer=2, n_head=2, **overrides)
+    cfg = dataclasses.replace(TARGET, **{**dict(dim=64, n_layer=2, n_head=2), **overrides})
     return GPT(cfg).eval()
 
 

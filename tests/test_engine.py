@@ -1,0 +1,174 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from core import engine
+from core.config import ParameterError, RunConfig
+from core.domain import PromptError
+from core.trace import Trace
+
+PROMPT = "a large red circle center and a small blue square top left on a striped green background"
+# the tiny random target spreads its mass thinly (about 1/V per token): this threshold rejects some cells
+TAU_SOME = 0.0101
+
+
+def run(pair, method="mulo", seed=0, **params) -> Trace:
+    cfg = RunConfig(method=method, prompt=PROMPT, seed=seed).with_params(**params)
+    return engine.run(cfg, pair)
+
+
+def verify_steps(trace):
+    return [s for s in trace.steps if s["phase"] == "verify"]
+
+
+def test_tau_zero_accepts_every_proposal(tiny_pair):
+    t = run(tiny_pair, tau=0.0)
+    assert t.tokens == t.proposal
+    assert t.totals["accepted_fraction"] == 1.0
+    assert all(all(all(row) for row in s["accepted"]) for s in verify_steps(t))
+
+
+@pytest.mark.parametrize("k", [0, 4, 16])
+def test_accepted_exactly_when_pooled_reaches_tau(tiny_pair, k):
+    pooled_at_zero = np.array(verify_steps(run(tiny_pair, tau=0.0, k=k))[0]["pooled"])
+    tau = float(np.median(pooled_at_zero))                      # the proposal does not depend on tau
+    t = run(tiny_pair, tau=tau, k=k)
+    for s in verify_steps(t):
+        pooled, acc = np.array(s["pooled"]), np.array(s["accepted"])
+        assert np.array_equal(pooled, pooled_at_zero)
+        assert np.array_equal(acc, pooled >= tau)
+    assert any(not np.all(s["accepted"]) for s in verify_steps(t))  # the test exercises rejection
+
+
+def _expansion_by_definition(rejected: np.ndarray, l: int) -> np.ndarray:
+    H, W = rejected.shape
+    rt = [(i, j) for i in range(H) for j in range(W) if rejected[i, j]]
+    if not rt:
+        return np.zeros_like(rejected)
+    t0 = min(i * W + j for i, j in rt)
+    return np.array([[i * W + j >= t0 and any(abs(i - a) <= l and abs(j - b) <= l for a, b in rt)
+                      for j in range(W)] for i in range(H)])
+
+
+@pytest.mark.parametrize("radius", [0, 1, 3])
+def test_the_resample_mask_follows_the_expansion_rule(tiny_pair, radius):
+    t = run(tiny_pair, tau=TAU_SOME, radius=radius)
+    for s in verify_steps(t):
+        rejected = ~np.array(s["accepted"])
+        assert np.array_equal(np.array(s["resample"]), _expansion_by_definition(rejected, radius))
+
+
+def test_raster_rejection_discards_the_whole_suffix(tiny_pair):
+    t = run(tiny_pair, tau=TAU_SOME, rejection="raster")
+    for s in verify_steps(t):
+        flat_rej = ~np.array(s["accepted"]).reshape(-1)
+        t0 = int(np.flatnonzero(flat_rej)[0])
+        res = np.array(s["resample"]).reshape(-1)
+        assert not res[:t0].any() and res[t0:].all()
+
+
+def test_islands_are_the_8_connected_components_of_the_resample_mask(tiny_pair):
+    pooled_at_zero = np.array(verify_steps(run(tiny_pair, tau=0.0))[0]["pooled"])
+    t = run(tiny_pair, tau=float(np.quantile(pooled_at_zero, 0.05)), radius=0)  # a few scattered rejections
+    checked = 0
+    for s in verify_steps(t):
+        res, isl = np.array(s["resample"]), np.array(s["islands"])
+        assert np.array_equal(isl > 0, res)
+        H, W = isl.shape
+        for m in range(1, isl.max() + 1):
+            cells = set(zip(*np.nonzero(isl == m)))
+            seen, todo = set(), [next(iter(cells))]           # connected under 8-neighbourhood
+            while todo:
+                c = todo.pop()
+                if c in seen:
+                    continue
+                seen.add(c)
+                todo += [(c[0] + a, c[1] + b) for a in (-1, 0, 1) for b in (-1, 0, 1) if (c[0] + a, c[1] + b) in cells]
+            assert seen == cells
+        for i in range(H):                                      # no two islands touch
+            for j in range(W):
+                for a in (-1, 0, 1):
+                    for b in (-1, 0, 1):
+                        if 0 <= i + a < H and 0 <= j + b < W and isl[i, j] and isl[i + a, j + b]:
+                            assert isl[i, j] == isl[i + a, j + b]
+        checked += isl.max()
+    assert checked >= 2
+
+
+class _Counter:
+    """Wraps a model's forward entry points and counts the passes actually made."""
+
+    def __init__(self, gpt, monkeypatch):
+        self.n = 0
+        for name in ("prefill", "forward_cells"):
+            original = getattr(gpt, name)
+
+            def counted(*a, _f=original, **kw):
+                self.n += 1
+                return _f(*a, **kw)
+            monkeypatch.setattr(gpt, name, counted)
+
+
+@pytest.mark.parametrize("method, params", [
+    ("ar", {}), ("zipar", dict(window=4)), ("mulo", dict(tau=TAU_SOME)), ("mulo", dict(tau=TAU_SOME, resample="serial")),
+    ("mulo", dict(tau=TAU_SOME, draft_rows=2, draft_window=3, scale=4)), ("mulo", dict(tau=TAU_SOME, upsampler="nearest")),
+])
+def test_trace_nfe_totals_equal_the_forward_passes_made(tiny_pair, monkeypatch, method, params):
+    import dataclasses
+    from conftest import tiny_gpt
+    target, drafter = tiny_gpt(0), tiny_gpt(0)  # separate instances so each is counted alone
+    pair = dataclasses.replace(tiny_pair, target=target, multiscale=drafter)
+    ct, cd = _Counter(target, monkeypatch), _Counter(drafter, monkeypatch)
+    t = run(pair, method, **params)
+    assert t.totals["target_nfe"] == ct.n == sum(s["nfe"] for s in t.steps if s["model"] == "target")
+    assert t.totals["drafter_nfe"] == cd.n
+    if method == "zipar":
+        assert ct.n == 16 + 15 * 4                              # W + (H - 1) w
+
+
+def test_zipar_with_window_w_gives_ar_tokens(tiny_pair):
+    assert run(tiny_pair, "zipar", seed=5, window=16).tokens == run(tiny_pair, "ar", seed=5).tokens
+
+
+def test_the_same_seed_gives_the_same_trace(tiny_pair):
+    def strip(t):
+        d = json.loads(t.to_json())
+        d["totals"].pop("wall_ms")
+        for s in d["steps"]:
+            s.pop("wall_ms")
+        return d
+    a, b = run(tiny_pair, seed=3, tau=TAU_SOME), run(tiny_pair, seed=3, tau=TAU_SOME)
+    assert strip(a) == strip(b)
+    assert strip(run(tiny_pair, seed=4, tau=TAU_SOME)) != strip(a)
+
+
+def test_a_trace_round_trips_through_json_with_the_contract_fields(tiny_pair):
+    t = run(tiny_pair, tau=TAU_SOME)
+    d = json.loads(t.to_json())
+    for key in ("schema", "method", "params", "seed", "prompt", "model", "grid", "tokens", "proposal", "draft",
+                "steps", "totals"):
+        assert key in d
+    for key in ("k", "tau", "radius", "scale", "window", "cfg", "temperature", "top_k"):
+        assert key in d["params"]
+    v = verify_steps(t)[0]
+    for key in ("band", "pooled", "accepted", "resample", "islands", "phase", "model", "nfe", "wall_ms", "cells"):
+        assert key in v
+    assert Trace.from_json(t.to_json()).to_dict() == t.to_dict()
+
+
+@pytest.mark.parametrize("params, name", [
+    (dict(tau=1.5), "tau"), (dict(tau=-0.1), "tau"), (dict(k=-1), "k"), (dict(k=512), "k"), (dict(scale=3), "scale"),
+    (dict(radius=-1), "radius"), (dict(window=0), "window"), (dict(draft_window=-2), "draft_window"),
+    (dict(upsampler="magic"), "upsampler"), (dict(resample="both"), "resample"), (dict(rejection="none"), "rejection"),
+])
+def test_bad_parameters_name_the_parameter_and_its_range(tiny_pair, params, name):
+    with pytest.raises(ParameterError) as e:
+        run(tiny_pair, **params)
+    assert str(e.value).startswith(f"{name} must be")
+
+
+def test_an_unknown_prompt_word_is_refused_before_any_work(tiny_pair):
+    with pytest.raises(PromptError, match="'unicorn'"):
+        engine.run(RunConfig(method="ar", prompt="a red unicorn center on a striped blue background"), tiny_pair)
