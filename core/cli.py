@@ -142,6 +142,21 @@ def _export(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    import json
+    import torch
+    from . import bench
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base = run_config(args, "ar")
+    result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base,
+                       ProgressBar("bench"))
+    print(bench.table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
 def _evaluate(args) -> int:
     import json
     import torch
@@ -162,6 +177,13 @@ def _extend(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default="img.png")
     g.add_argument("--trace", default=None, help="write the Trace JSON here")
     g.set_defaults(func=_generate)
+    b = sub.add_parser("bench", help="every method on the same prompts and seeds, side by side")
+    b.add_argument("--methods", default="ar,zipar,mulo",
+                   help="comma-separated specs, each name[:param=value...], e.g. mulo:scale=4:tau=0.05")
+    b.add_argument("--prompts", type=int, default=20)
+    _add_run_args(b, None)
+    b.add_argument("--json", default=None, help="write the full result here")
+    b.set_defaults(func=_bench)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)
     x.add_argument("--run-dir", default=None)

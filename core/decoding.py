@@ -35,6 +35,7 @@ class Decoder:
         self.cache_tok = np.full(grid[0] * grid[1], UNKNOWN, dtype=np.int64)  # token held by each cell slot
         self.nfe = 0
         self.p0: torch.Tensor | None = None  # processed distribution of cell 0
+        self.last_probs: torch.Tensor | None = None  # (T, V) distributions of the last sampled cells
 
     @property
     def n_cells(self) -> int:
@@ -142,6 +143,7 @@ def sample_cells(dec: Decoder, cells: list[int], known: np.ndarray, gen: torch.G
     probs = predict(dec, cells, known, placeholder, refresh=dec.stale(known, range(first)))
     toks = sample(probs, gen).tolist()
     known[cells] = toks
+    dec.last_probs = probs
     return toks, probs
 
 

@@ -142,8 +142,9 @@ def train(cfg: TrainConfig, run_dir: Path, assets: Path,
     ckpt, start = run_dir / "ckpt.pt", 0
     if ckpt.exists():
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        if state["config"] != cfg.__dict__:
-            raise ValueError(f"{ckpt} was made with another configuration; use a new run folder")
+        changed = {k for k in cfg.__dict__ if state["config"].get(k) != cfg.__dict__[k]}
+        if changed - {"steps"}:  # a new total only re-draws the learning-rate curve from here on
+            raise ValueError(f"{ckpt} was made with another {', '.join(sorted(changed))}; use a new run folder")
         job.model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]

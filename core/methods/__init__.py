@@ -18,5 +18,5 @@ class Result:
 
 
 def registry() -> dict:
-    from . import ar, mulo, zipar
-    return {"ar": ar.run, "zipar": zipar.run, "mulo": mulo.run}
+    from . import ar, lantern, mulo, sd, sjd, zipar
+    return {"ar": ar.run, "zipar": zipar.run, "sd": sd.run, "lantern": lantern.run, "sjd": sjd.run, "mulo": mulo.run}

@@ -1,0 +1,81 @@
+"""sd: exact speculative sampling (Leviathan et al. 2023; Chen et al. 2023) with a small drafter.
+
+Each cycle:
+  1. draft   the same-resolution drafter q samples gamma tokens in raster order
+  2. verify  one target forward scores them (and the bonus cell); accept each with min(1, p/q)
+             in order; at the first rejection sample normalize(max(0, p - q)) and stop; after a
+             full acceptance sample the bonus token from p
+The output distribution equals the target's processed p. `speculate` takes a relaxation of p
+(identity here; LANTERN's p~ in lantern.py) so that the two methods share one loop.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..acceptance import exact_accept_prob, residual
+from ..decoding import UNKNOWN, MethodContext, cells_of, decode_step, predict, timed
+from ..sampling import sample
+from ..trace import Step
+from . import Result
+
+Relax = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (p (T, V), drafts (T,)) -> p~ (T, V)
+
+
+def speculate(ctx: MethodContext, relax: Relax):
+    H, W = ctx.grid
+    N, gamma = H * W, ctx.params.gamma
+    target = ctx.decoder(ctx.target, ctx.grid)
+    drafter = ctx.decoder(ctx.drafter, ctx.grid)
+    final = np.full(N, UNKNOWN, dtype=np.int64)
+    drafted_total = accepted_total = 0
+    t = 0
+    while t < N:
+        g = min(gamma, N - t)
+        # 1. draft: gamma tokens from q, raster order; q's rows are kept for the test
+        scratch = final.copy()
+        q_rows = []
+        for c in range(t, t + g):
+            step = decode_step("draft", "drafter", drafter, [c], scratch, ctx.gen)
+            q_rows.append(drafter.last_probs[0])
+            yield step
+        drafts = torch.from_numpy(scratch[t:t + g])
+        q = torch.stack(q_rows)                                          # (g, V)
+        # 2. verify: one target forward over the drafts (+ the bonus cell when there is one)
+        f: dict = {}
+        with timed(f, (target,)):
+            if target.p0 is None:
+                target.prefill()
+            judged = list(range(t, min(t + g + 1, N)))
+            p = predict(target, judged, scratch, refresh=target.stale(final, range(t)))  # (len(judged), V)
+            p_relaxed = relax(p[:g], drafts)
+            prob = exact_accept_prob(p_relaxed[torch.arange(g), drafts], q[torch.arange(g), drafts])
+            accepted, out = [], []
+            for i in range(g):
+                u = torch.rand(1, generator=ctx.gen).item()
+                if u <= prob[i].item():
+                    accepted.append(True)
+                    out.append(int(drafts[i]))
+                    continue
+                accepted.append(False)
+                out.append(int(sample(residual(p_relaxed[i], q[i]), ctx.gen)))
+                break
+            bonus = all(accepted) and len(judged) > g
+            if bonus:
+                out.append(int(sample(p[g], ctx.gen)))
+            cells = list(range(t, t + len(out)))
+            final[cells] = out
+        drafted_total += g
+        accepted_total += sum(accepted)
+        yield Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(cells, W), out, dict(
+            judged=cells_of(range(t, t + g), W), accepted=accepted, prob=[round(float(x), 6) for x in prob[:len(accepted)]],
+            resampled=None if all(accepted) else cells_of([t + len(accepted) - 1], W)[0],
+            bonus=cells_of([cells[-1]], W)[0] if bonus else None))
+        t += len(out)
+    return Result(tokens=final.reshape(H, W), accepted_fraction=accepted_total / max(drafted_total, 1))
+
+
+def run(ctx: MethodContext):
+    return (yield from speculate(ctx, lambda p, drafts: p))
