@@ -1,0 +1,406 @@
+"""What the UI's events call: plain functions and generators of plain values.
+
+Only `generate`, `compare` and `sweep` run the engine (wrapped for ZeroGPU, kept synchronous);
+every other handler derives its views from a stored Trace. Bad input becomes a gr.Error that names
+the problem, raised here at the boundary so the app stays up.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import replace
+from urllib.parse import urlencode
+
+import gradio as gr
+import numpy as np
+
+from core import engine
+from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
+from core.domain import COLS, ROWS, PromptError
+from core.methods import registry
+from core.trace import MAX_BYTES, Trace, TraceError
+
+from . import plots, render
+
+try:
+    import spaces
+    GPU = spaces.GPU
+except ImportError:
+    def GPU(f):
+        return f
+
+# the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
+KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
+         "upsampler", "resample", "rejection", "cfg", "temperature", "top_k")
+_PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
+                 "rejection")
+_SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
+_INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "top_k"}
+_FLOATS = {"tau", "cfg", "temperature"}
+DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
+                **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
+                **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS})
+
+PRESETS: dict[str, tuple[str, dict]] = {
+    "Paper default": ("MuLo-SD as published: r = 2, k = 4 neighbours pooled, τ = 0.1, local rejection with "
+                      "radius 1, islands resampled in parallel.", {}),
+    "Everything accepted (τ = 0)": ("With τ = 0 every pooled mass passes: the image is the up-sampled draft, "
+                                    "and the target runs exactly one verification pass.", dict(tau=0.0)),
+    "A few rejection islands": ("A low τ with wide pooling: most proposals pass, and each rejection grows by "
+                                "the radius into a small island that the target resamples.",
+                                dict(tau=0.01, k=16, radius=1)),
+    "Raster rejection": ("The classic rule: after the first rejection everything later in raster order is "
+                         "thrown away. Compare its resample waves with local rejection.",
+                         dict(rejection="raster")),
+    "Local rejection, no expansion (l = 0)": ("Only the rejected cells themselves are resampled; their "
+                                               "neighbours keep the proposal.", dict(radius=0)),
+    "No pooling (k = 0)": ("Only the proposal token's own probability counts; many more rejections.",
+                           dict(k=0)),
+    "Serial resampling": ("Rejected cells resampled one per target pass in raster order: more NFE than "
+                          "island-parallel resampling, same rule.", dict(resample="serial")),
+    "4× up-scaling": ("The drafter works on an 8×8 grid (r = 4): 16× fewer draft tokens, a rougher proposal.",
+                      dict(scale=4)),
+    "ZipAR baseline": ("No drafter: the target decodes several rows at once, each row starting once the "
+                       "row above has `window` tokens.", dict(method="zipar", window=8)),
+    "AR baseline": ("One token per target pass, in raster order: the reference for speed and quality.",
+                    dict(method="ar")),
+}
+
+
+@contextmanager
+def user_errors(what: str = ""):
+    """Turn the core's errors about bad input into a gr.Error with the same message."""
+    try:
+        yield
+    except (ParameterError, PromptError, TraceError) as e:
+        raise gr.Error(f"{what}{e}") from None
+
+
+def run_config(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
+               resample, rejection, cfg, temperature, top_k) -> RunConfig:
+    values = dict(zip(KNOBS, (method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows,
+                              upsampler, resample, rejection, cfg, temperature, top_k)))
+    for name, v in values.items():
+        try:
+            if name in _INTS:
+                if v is None or float(v) != int(float(v)):
+                    raise ValueError
+                values[name] = int(float(v))
+            elif name in _FLOATS:
+                values[name] = float(v)
+        except (TypeError, ValueError):
+            raise gr.Error(f"{name} must be {'an integer' if name in _INTS else 'a number'}; got {v!r}") from None
+    return RunConfig(method=str(values["method"]), prompt=str(values["prompt"] or ""), seed=values["seed"],
+                     sampling=SamplingConfig(**{f: values[f] for f in _SAMPLING_FIELDS}),
+                     params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}))
+
+
+def checked(cfg: RunConfig):
+    """The model pair for cfg, after the engine's validation (gr.Error on bad input)."""
+    try:
+        pair = engine.load_pair(cfg.model)
+        with user_errors():
+            engine.context(cfg, pair)
+    except ValueError as e:
+        raise gr.Error(str(e)) from None
+    return pair
+
+
+_baselines: OrderedDict = OrderedDict()
+
+
+def ar_baseline(cfg: RunConfig, pair, on_step=None) -> Trace:
+    """The ar run with cfg's prompt, seed and sampling; remembered, since a workshop reruns one
+    prompt with many knob settings. on_step(n) is called as the n-th event arrives."""
+    key = (pair.name, cfg.prompt, cfg.seed, cfg.sampling)
+    if key not in _baselines:
+        for n, out in enumerate(engine.stream(replace(cfg, method="ar", params=MethodParams()), pair), start=1):
+            if on_step is not None:
+                on_step(n)
+        _baselines[key] = out
+        while len(_baselines) > 16:
+            _baselines.popitem(last=False)
+    return _baselines[key]
+
+
+def speedup(trace: Trace, baseline: Trace | None) -> tuple[float, float | None]:
+    """(target NFE ratio, wall-clock ratio) of ar over this run. ar spends one target pass per cell,
+    so the NFE ratio needs no baseline run; the wall ratio does."""
+    H, W = trace.grid["target"]
+    ar_nfe = baseline.totals["target_nfe"] if baseline is not None else H * W
+    nfe = ar_nfe / max(trace.totals["target_nfe"], 1)
+    wall = None if baseline is None else baseline.totals["wall_ms"] / max(trace.totals["wall_ms"], 1e-9)
+    return nfe, wall
+
+
+def _fraction(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
+    nfe, wall = speedup(trace, baseline)
+    head = f"### {nfe:.2f}× fewer target passes than ar"
+    head += f" · {wall:.2f}× wall-clock speedup" if wall is not None else " · wall-clock: no ar run to compare"
+    cols = [(trace.method, trace)] + ([("ar", baseline)] if baseline is not None else [])
+    rows = ["| | " + " | ".join(c for c, _ in cols) + " |", "|---|" + "---|" * len(cols)]
+    for label, key, fmt in (("target NFE", "target_nfe", str), ("drafter NFE", "drafter_nfe", str),
+                            ("wall clock (ms)", "wall_ms", lambda x: f"{x:.0f}"),
+                            ("accepted", "accepted_fraction", _fraction)):
+        rows.append(f"| {label} | " + " | ".join(fmt(t.totals[key]) for _, t in cols) + " |")
+    return head + "\n\n" + "\n".join(rows)
+
+
+# the outputs every view refresh returns, in this order (ui.py maps them onto components)
+VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "timeline", "stats", "scrubber",
+         "canvas", "step")
+
+
+def views(state: dict | None, show_grid: bool = False) -> tuple:
+    """Every view of the stored run, in VIEWS order. No model runs here."""
+    if not state:
+        raise gr.Error("nothing to show yet: generate an image or upload a trace first")
+    trace, baseline = state["trace"], state.get("baseline")
+    tok = engine.load_pair(trace.model).tokenizer
+    proposal = render.grid_image(trace.proposal, tok, False)
+    v = render.verdict(trace)
+    n = len(trace.steps)
+    return (render.grid_image(trace.draft, tok, show_grid),
+            None if proposal is None else (render.with_grid(proposal, *trace.grid["target"]) if show_grid
+                                           else proposal),
+            render.grid_image(trace.tokens, tok, show_grid),
+            None if baseline is None else render.grid_image(baseline.tokens, tok, show_grid),
+            plots.heatmap(trace, v),
+            None if v is None or proposal is None else render.islands_image(proposal, v, show_grid),
+            plots.timeline(trace, baseline),
+            stats_markdown(trace, baseline),
+            gr.Slider(minimum=0, maximum=n, value=n, step=1),
+            render.canvas_image(render.replay(trace, n), tok, show_grid),
+            render.step_caption(trace, n))
+
+
+def _trace_file(trace: Trace) -> str:
+    path = os.path.join(tempfile.mkdtemp(prefix="mulo-"), f"trace-{trace.method}-seed{trace.seed}.json")
+    with open(path, "w") as f:
+        f.write(trace.to_json())
+    return path
+
+
+def _live(status: str, canvas=None) -> tuple:
+    """A streaming update: status (and the canvas so far), every other output left as it is."""
+    out = [gr.skip()] * (3 + len(VIEWS))
+    out[1] = status
+    if canvas is not None:
+        out[3 + VIEWS.index("canvas")] = canvas
+    return tuple(out)
+
+
+@GPU
+def generate(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
+             rejection, cfg, temperature, top_k, show_grid=False, progress=gr.Progress()):
+    """Run the method (streaming the canvas as it fills), then the ar baseline; yields
+    (state, status, trace file, *VIEWS)."""
+    run = run_config(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
+                     resample, rejection, cfg, temperature, top_k)
+    pair = checked(run)
+    H, W = pair.grid
+    draft = (H // run.params.scale, W // run.params.scale) if run.method == "mulo" else None
+    live = render.Replay((H, W), draft)
+    t0 = last = time.perf_counter()
+    trace, n = None, 0
+    for out in engine.stream(run, pair):
+        if isinstance(out, Trace):
+            trace = out
+            break
+        n += 1
+        live.apply(out.to_dict())
+        progress((n, None), desc=f"{run.method}: {out.phase}", unit="steps")
+        if time.perf_counter() - last > 0.3:
+            last = time.perf_counter()
+            yield _live(f"Running **{run.method}**: step {n} ({out.phase}), {last - t0:.1f} s",
+                        render.canvas_image(live, pair.tokenizer, show_grid))
+    baseline = None
+    if run.method != "ar":
+        yield _live(f"**{run.method}** done in {trace.totals['wall_ms'] / 1000:.1f} s; running the ar baseline "
+                    "for the same prompt and seed…")
+        baseline = ar_baseline(run, pair, lambda i: progress((i, H * W), desc="ar baseline", unit="steps"))
+    state = dict(trace=trace, baseline=baseline)
+    yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), *views(state, show_grid))
+
+
+def load_trace(path: str | None) -> Trace:
+    """Read an uploaded trace as data only: size, JSON, schema and grids checked (gr.Error otherwise)."""
+    if not path:
+        raise gr.Error("no file: choose a trace JSON file to replay")
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        raise gr.Error(f"the trace file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
+    with open(path, "rb") as f:
+        text = f.read()
+    with user_errors("cannot replay this trace: "):
+        trace = Trace.from_json(text)
+    try:
+        pair = engine.load_pair(trace.model)
+    except ValueError as e:
+        raise gr.Error(f"cannot replay this trace: {e}") from None
+    top = max(max(map(max, g)) for g in (trace.tokens, trace.proposal, trace.draft) if g is not None)
+    if top >= pair.vocab_size:
+        raise gr.Error(f"cannot replay this trace: token {top} is outside the {pair.name} codebook "
+                       f"(size {pair.vocab_size})")
+    return trace
+
+
+def replay(path, show_grid=False):
+    """Upload handler: (state, status, trace file, *VIEWS) of an uploaded trace, with no model run."""
+    trace = load_trace(path)
+    state = dict(trace=trace, baseline=None)
+    try:
+        shown = views(state, show_grid)
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise gr.Error(f"cannot replay this trace: its steps are malformed ({type(e).__name__}: {e})") from None
+    return (state, f"Replayed an uploaded **{trace.method}** trace (seed {trace.seed}); no model ran.",
+            _trace_file(trace), *shown)
+
+
+def scrub(state, n, show_grid=False):
+    """(canvas, caption) after the first n steps."""
+    if not state:
+        return None, "Generate an image first; then drag the slider to replay the run."
+    trace = state["trace"]
+    n = int(n or 0)
+    tok = engine.load_pair(trace.model).tokenizer
+    return render.canvas_image(render.replay(trace, n), tok, show_grid), render.step_caption(trace, n)
+
+
+def inspect_cell(state, evt: gr.SelectData):
+    """Details of the proposal cell under a click (evt.index = pixel (x, y))."""
+    if not state:
+        return "Generate an image first, then click a cell of the proposal."
+    trace = state["trace"]
+    x, y = evt.index[:2]
+    i, j = render.cell_at(x, y, tuple(trace.grid["target"]))
+    return render.cell_details(trace, render.verdict(trace), i, j)
+
+
+@GPU
+def compare(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
+            rejection, cfg, temperature, top_k, progress=gr.Progress()):
+    """Every registered method on the same prompt, seed and knobs; yields (gallery, table, figure,
+    status) after each method."""
+    run = run_config(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
+                     resample, rejection, cfg, temperature, top_k)
+    pair = checked(run)
+    gallery, rows, table = [], [], []
+    methods = list(registry())
+    for n, m in enumerate(methods):
+        progress((n, len(methods)), desc=f"running {m}")
+        cfg_m = replace(run, method=m)
+        try:
+            engine.context(cfg_m, pair)
+        except ValueError as e:
+            table.append([m, None, None, None, None, None, f"skipped: {e}"])
+            continue
+        trace = ar_baseline(run, pair) if m == "ar" else engine.run(cfg_m, pair)
+        nfe, _ = speedup(trace, None)
+        rows.append(dict(method=m, **trace.totals))
+        table.append([m, trace.totals["target_nfe"], trace.totals["drafter_nfe"], round(trace.totals["wall_ms"]),
+                      _fraction(trace.totals["accepted_fraction"]), round(nfe, 2), ""])
+        gallery.append((render.grid_image(trace.tokens, pair.tokenizer), f"{m}: {trace.totals['target_nfe']} NFE"))
+        yield gallery, table, plots.compare_bars(rows), f"Ran {n + 1} of {len(methods)} methods…"
+    yield gallery, table, plots.compare_bars(rows), f"Compared {len(rows)} methods on seed {run.seed}."
+
+
+def _numbers(text: str, name: str, cast, most: int = 6) -> list:
+    try:
+        vals = [cast(x) for x in str(text).replace(";", ",").split(",") if x.strip()]
+    except ValueError:
+        raise gr.Error(f"{name} must be a comma-separated list of numbers; got {text!r}") from None
+    if not 1 <= len(vals) <= most:
+        raise gr.Error(f"{name}: give 1 to {most} values (each costs a full run); got {len(vals)}")
+    return vals
+
+
+@GPU
+def sweep(taus, windows, method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
+          resample, rejection, cfg, temperature, top_k, progress=gr.Progress()):
+    """mulo over the given taus and zipar over the given windows: NFE speedup over ar against the
+    quality proxy. Yields (figure, status) after each run."""
+    tau_list = _numbers(taus, "taus", float)
+    window_list = _numbers(windows, "windows", int)
+    run = run_config("mulo", prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
+                     resample, rejection, cfg, temperature, top_k)
+    jobs = [("mulo", f"τ={t:g}", run.with_params(tau=t)) for t in tau_list] + \
+           [("zipar", f"w={w}", replace(run, method="zipar").with_params(window=w)) for w in window_list]
+    for _, _, c in jobs:
+        checked(c)
+    pair = engine.load_pair(run.model)
+    points = []
+    progress((0, len(jobs) + 1), desc="ar baseline")
+    base = ar_baseline(run, pair)
+    ar_quality = render.reference_similarity(engine.decode_image(base.tokens, pair.tokenizer), run.prompt)
+    points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality))
+    for n, (m, label, c) in enumerate(jobs, start=1):
+        progress((n, len(jobs) + 1), desc=f"{m} {label}")
+        trace = engine.run(c, pair)
+        img = engine.decode_image(trace.tokens, pair.tokenizer)
+        acc = trace.totals["accepted_fraction"]
+        points.append(dict(method=m, label=label if acc is None else f"{label}, {_fraction(acc)} acc.",
+                           speedup=speedup(trace, base)[0],
+                           quality=render.reference_similarity(img, run.prompt)))
+        yield plots.sweep_figure(points), f"Ran {n} of {len(jobs)} settings…"
+    yield plots.sweep_figure(points), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
+
+
+def preset(name: str) -> tuple:
+    """Knob values of a preset (defaults for every knob it leaves alone), then its explanation."""
+    if name not in PRESETS:
+        raise gr.Error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    text, overrides = PRESETS[name]
+    values = {**DEFAULTS, **overrides}
+    keep = ("prompt", "seed")   # a preset changes how we decode, not what we draw
+    return (*(gr.skip() if k in keep else values[k] for k in KNOBS), f"**{name}.** {text}")
+
+
+def from_query(request: gr.Request) -> tuple:
+    """Knob values from the page's query string (?tau=0.2&method=mulo…); unknown or bad keys warn."""
+    params = dict(request.query_params) if request is not None else {}
+    out = []
+    for k in KNOBS:
+        if k not in params:
+            out.append(gr.skip())
+            continue
+        v = params[k]
+        try:
+            out.append(int(v) if k in _INTS else float(v) if k in _FLOATS else v)
+        except ValueError:
+            gr.Warning(f"ignored {k}={v!r} from the link: not a number")
+            out.append(gr.skip())
+    for k in set(params) - set(KNOBS):
+        gr.Warning(f"ignored unknown link parameter {k!r}")
+    return tuple(out)
+
+
+def share_link(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
+               rejection, cfg, temperature, top_k, request: gr.Request = None) -> str:
+    """A link that reopens the app with these knob values."""
+    values = (method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
+              rejection, cfg, temperature, top_k)
+    base = str(request.url).split("?")[0] if request is not None else ""
+    return f"{base}?{urlencode(dict(zip(KNOBS, values)))}"
+
+
+NO_OBJECT = "(none)"
+PLACES = tuple("center" if (r, c) == ("middle", "center") else f"{r} {c}" for r in ROWS for c in COLS)
+
+
+def build_prompt(size1, colour1, shape1, place1, size2, colour2, shape2, place2, background, bg_colour) -> str:
+    """A caption in the domain's grammar from the prompt builder's choices (second object optional)."""
+    objects = [f"a {size1} {colour1} {shape1} {place1}"]
+    if shape2 and shape2 != NO_OBJECT:
+        if place2 == place1:
+            raise gr.Error("the two objects share one position; give each object its own place")
+        objects.append(f"a {size2} {colour2} {shape2} {place2}")
+    article = "an" if background[0] in "aeiou" else "a"
+    return f"{' and '.join(objects)} on {article} {background} {bg_colour} background"

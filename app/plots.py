@@ -1,0 +1,121 @@
+"""Trace -> Plotly figures, as pure functions. Every figure has an explicit height (Gradio renders
+autosized Plotly figures unreliably) and uses the palette of app.theme."""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from . import theme
+from .render import Verdict
+
+LOG_FLOOR = -4.0      # pooled mass is shown on a log10 scale clipped here (1e-4)
+MARGIN = dict(l=10, r=10, t=40, b=10)
+
+
+def message(text: str, height: int = 320) -> go.Figure:
+    """An empty figure that says why there is nothing to plot."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=14))
+    fig.update_layout(height=height, margin=MARGIN, xaxis_visible=False, yaxis_visible=False)
+    return fig
+
+
+def _log(x):
+    return np.clip(np.log10(np.maximum(x, 1e-12)), LOG_FLOOR, 0.0)
+
+
+def heatmap(trace, v: Verdict | None) -> go.Figure:
+    """Pooled probability per target cell (log scale), coloured red below tau and green above, with
+    the tau contour drawn; hover gives position, proposal token, pooled mass, verdict and island."""
+    if v is None:
+        return message(f"{trace.method} verifies nothing: no acceptance heatmap")
+    H, W = v.pooled.shape
+    t = (max(_log(v.tau), LOG_FLOOR) - LOG_FLOOR) / -LOG_FLOOR   # tau on the [0, 1] colour axis
+    below, above = theme.REJECTED, theme.ACCEPTED
+    scale = [[0.0, below], [t - 1e-6, "#fde0dd"], [t, "#c7e9c0"], [1.0, above]] if 0 < t < 1 \
+        else [[0.0, "#c7e9c0"], [1.0, above]] if t <= 0 else [[0.0, below], [1.0, "#fde0dd"]]
+    proposal = np.asarray(trace.proposal) if trace.proposal is not None else np.full((H, W), -1)
+    verdict_word = np.where(v.accepted, "accepted", np.where(np.isnan(v.pooled), "not verified", "rejected"))
+    custom = np.stack([proposal.astype(object), np.round(v.pooled, 5).astype(object), verdict_word.astype(object),
+                       v.islands.astype(object)], axis=-1)
+    fig = go.Figure(go.Heatmap(
+        z=_log(v.pooled), zmin=LOG_FLOOR, zmax=0.0, colorscale=scale, customdata=custom, name="pooled",
+        hovertemplate="cell (%{y}, %{x})<br>proposal token %{customdata[0]}<br>pooled mass %{customdata[1]}"
+                      "<br>%{customdata[2]}<br>island %{customdata[3]}<extra></extra>",
+        colorbar=dict(title="pooled", tickvals=[-4, -3, -2, -1, 0, _log(v.tau) if v.tau > 0 else LOG_FLOOR],
+                      ticktext=["1e-4", "1e-3", "0.01", "0.1", "1", f"τ={v.tau:g}"])))
+    fig.add_trace(go.Contour(z=_log(v.pooled), contours=dict(start=_log(v.tau), end=_log(v.tau), size=1,
+                                                             coloring="none"),
+                             line=dict(color="black", width=2), showscale=False, hoverinfo="skip",
+                             name=f"τ = {v.tau:g}", showlegend=True))
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", title="row i")
+    fig.update_xaxes(constrain="domain", title="column j")
+    fig.update_layout(height=400, margin=MARGIN, title=f"Pooled mass vs τ = {v.tau:g} "
+                      f"({int(v.accepted.sum())} of {H * W} accepted)",
+                      legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
+def _segments(steps: list[dict]):
+    """Merge consecutive steps of one phase: (phase, start_ms, length_ms, steps, nfe)."""
+    out, t = [], 0.0
+    for s in steps:
+        if out and out[-1][0] == s["phase"]:
+            ph, start, length, n, nfe = out[-1]
+            out[-1] = (ph, start, length + s["wall_ms"], n + 1, nfe + s["nfe"])
+        else:
+            out.append((s["phase"], t, s["wall_ms"], 1, s["nfe"]))
+        t += s["wall_ms"]
+    return out
+
+
+def timeline(trace, baseline=None) -> go.Figure:
+    """Phases of the run on one wall-clock axis, one lane per method (the ar baseline below it)."""
+    fig = go.Figure()
+    lanes = [(trace.method, trace)] + ([("ar baseline", baseline)] if baseline is not None else [])
+    shown = set()
+    for lane, tr in lanes:
+        for phase, start, length, n, nfe in _segments(tr.steps):
+            fig.add_trace(go.Bar(
+                x=[length], base=[start], y=[lane], orientation="h", name=phase,
+                marker_color=theme.PHASES[phase], legendgroup=phase, showlegend=phase not in shown,
+                hovertemplate=f"{phase}: {n} step(s), {nfe} NFE, {length:.1f} ms<extra>{lane}</extra>"))
+            shown.add(phase)
+    fig.update_layout(barmode="overlay", height=120 + 70 * len(lanes), margin=MARGIN,
+                      xaxis_title="wall clock (ms)", title="Where the time goes",
+                      yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.35))
+    return fig
+
+
+def compare_bars(rows: list[dict]) -> go.Figure:
+    """Target NFE, wall time and acceptance per method, side by side."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("target NFE", "wall clock (ms)", "accepted fraction"))
+    methods = [r["method"] for r in rows]
+    for col, key in enumerate(("target_nfe", "wall_ms", "accepted_fraction"), start=1):
+        vals = [r[key] if r[key] is not None else 0 for r in rows]
+        fig.add_trace(go.Bar(x=methods, y=vals, marker_color=theme.PHASES["verify"], showlegend=False,
+                             hovertemplate="%{x}: %{y}<extra></extra>"), row=1, col=col)
+    fig.update_layout(height=320, margin=MARGIN)
+    return fig
+
+
+def sweep_figure(points: list[dict]) -> go.Figure:
+    """Speedup in target NFE over ar (x) against the quality proxy (y), one line per method."""
+    fig = go.Figure()
+    colours = {"mulo": theme.ACCEPTED, "zipar": theme.PHASES["draft"]}
+    for method in dict.fromkeys(p["method"] for p in points):
+        pts = [p for p in points if p["method"] == method]
+        fig.add_trace(go.Scatter(
+            x=[p["speedup"] for p in pts], y=[p["quality"] for p in pts], mode="lines+markers+text",
+            name=method, text=[p["label"] for p in pts], textposition="top center",
+            marker=dict(size=10, color=colours.get(method)), line=dict(color=colours.get(method)),
+            hovertemplate="%{text}<br>NFE speedup %{x:.2f}×<br>quality proxy %{y:.3f}<extra>" + method + "</extra>"))
+    ys = [p["quality"] for p in points]
+    pad = max(0.01, (max(ys) - min(ys)) * 0.2) if ys else 0.1
+    fig.update_layout(height=380, margin=MARGIN, xaxis_title="speedup over ar (target NFE ratio)",
+                      yaxis_title="similarity to the prompt's reference render",
+                      yaxis_range=[min(ys) - pad, max(ys) + pad] if ys else None,
+                      title="Faster is right, better is up")
+    return fig
