@@ -33,6 +33,8 @@ class GPTConfig:
     prefix_len: int = 28             # caption positions P (LlamaGen t2i: 120)
     caption_dim: int = 64            # caption feature width (LlamaGen t2i: 2048, FLAN-T5-XL)
     caption_vocab: int = 0           # > 0: captions arrive as word ids, embedded by a learned table
+    caption_bias: bool = True        # biases in the caption projection MLP (LlamaGen: False)
+    num_classes: int = 0             # > 0: class-conditional prefix of class ids, null class = num_classes
     prefix_rope: str = "identity"    # "zero": LlamaGen's all-zero rotation on prefix positions
     rope_ref_grid: int = 0           # > 0: cells placed in one physical frame of this grid side
 
@@ -110,11 +112,11 @@ class TransformerBlock(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, d_in: int, d_hidden: int, d_out: int):
+    def __init__(self, d_in: int, d_hidden: int, d_out: int, bias: bool = True):
         super().__init__()
-        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.fc1 = nn.Linear(d_in, d_hidden, bias=bias)
         self.act = nn.GELU(approximate="tanh")
-        self.fc2 = nn.Linear(d_hidden, d_out)
+        self.fc2 = nn.Linear(d_hidden, d_out, bias=bias)
 
     def forward(self, x):
         return self.fc2(self.act(self.fc1(x)))
@@ -125,14 +127,29 @@ class CaptionEmbedder(nn.Module):
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.cap_proj = MLP(cfg.caption_dim, cfg.dim, cfg.dim)
+        self.cap_proj = MLP(cfg.caption_dim, cfg.dim, cfg.dim, bias=cfg.caption_bias)
         self.uncond_embedding = nn.Parameter(torch.randn(cfg.prefix_len, cfg.caption_dim) / cfg.caption_dim ** 0.5)
 
     def forward(self, feats: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
         # feats (B, P, C); drop (B,) bool rows replaced by the null caption
         if drop is not None:
             feats = torch.where(drop[:, None, None], self.uncond_embedding[None].to(feats.dtype), feats)
-        return self.cap_proj(feats)
+        return self.cap_proj(feats.to(self.cap_proj.fc1.weight.dtype))
+
+
+class LabelEmbedder(nn.Module):
+    """Class-conditional prefix: one learned vector per class, row num_classes is the null class (CFG)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.num_classes = cfg.num_classes
+        self.embedding_table = nn.Embedding(cfg.num_classes + 1, cfg.dim)
+
+    def forward(self, labels: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
+        # labels (B, P) class ids; drop (B,) bool rows replaced by the null class
+        if drop is not None:
+            labels = torch.where(drop[:, None], torch.full_like(labels, self.num_classes), labels)
+        return self.embedding_table(labels)
 
 
 class _FullContext:
@@ -148,19 +165,24 @@ class _FullContext:
 
 
 class _CachedContext:
-    """Attention to the cache plus the call's own tokens; written tokens go to their slots first."""
+    """Attention to the cache plus the call's own tokens; written tokens go to their slots first.
+
+    Which tokens are written is resolved once per forward (one host sync), not once per layer."""
 
     def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor, mask: torch.Tensor):
-        self.cache, self.slots, self.write, self.mask = cache, slots, write, mask
+        self.cache, self.slots, self.mask = cache, slots, mask
+        self.all_written = bool(write.all())
+        self.written = torch.nonzero(write).squeeze(1)    # (T_w,) positions in the call
+        self.extra = torch.nonzero(~write).squeeze(1)     # (T_x,) stand-ins, never cached
 
     def keys(self, layer, k, v):
-        w = self.write
-        if bool(w.any()):
-            self.cache.write(layer, self.slots[w], k[:, :, w], v[:, :, w])
-        if bool(w.all()):
+        if self.all_written:
+            self.cache.write(layer, self.slots, k, v)
             return self.cache.k[layer], self.cache.v[layer], self.mask
-        k_all = torch.cat([self.cache.k[layer], k[:, :, ~w]], dim=2)
-        v_all = torch.cat([self.cache.v[layer], v[:, :, ~w]], dim=2)
+        w = self.written
+        self.cache.write(layer, self.slots[w], k[:, :, w], v[:, :, w])
+        k_all = torch.cat([self.cache.k[layer], k[:, :, self.extra]], dim=2)
+        v_all = torch.cat([self.cache.v[layer], v[:, :, self.extra]], dim=2)
         return k_all, v_all, self.mask
 
 
@@ -170,7 +192,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         if cfg.caption_vocab > 0:
             self.caption_words = nn.Embedding(cfg.caption_vocab, cfg.caption_dim)
-        self.cls_embedding = CaptionEmbedder(cfg)
+        self.cls_embedding = LabelEmbedder(cfg) if cfg.num_classes > 0 else CaptionEmbedder(cfg)
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layer))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
@@ -214,7 +236,9 @@ class GPT(nn.Module):
 
     # ---- caption prefix ----------------------------------------------------------------------
     def prefix_embeddings(self, captions: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
-        """captions: (B, P) word ids or (B, P, C) features -> (B, P, D)."""
+        """captions: (B, P) word or class ids, or (B, P, C) features -> (B, P, D)."""
+        if self.cfg.num_classes > 0:
+            return self.cls_embedding(captions, drop)
         feats = self.caption_words(captions) if captions.dtype in (torch.int32, torch.int64) else captions
         return self.cls_embedding(feats, drop)
 
@@ -239,8 +263,10 @@ class GPT(nn.Module):
         return logits[:, P - 1:]
 
     # ---- the engine's primitive --------------------------------------------------------------
-    def new_cache(self, batch: int, grid: tuple[int, int], device, dtype=torch.float32) -> KVCache:
+    def new_cache(self, batch: int, grid: tuple[int, int], device, dtype: torch.dtype | None = None) -> KVCache:
+        """A cache for one image; keys and values in the model's own dtype unless told otherwise."""
         c = self.cfg
+        dtype = dtype or self.tok_embeddings.weight.dtype
         return KVCache(c.n_layer, batch, c.n_head, c.prefix_len, grid[0] * grid[1], c.head_dim, device, dtype)
 
     @torch.no_grad()
