@@ -25,6 +25,7 @@ class VQConfig:
     z_channels: int = 32
     norm_groups: int = 8              # LlamaGen: 32
     mid_attn: bool = False            # LlamaGen: True
+    attn_levels: tuple = ()           # ch_mult levels with an attention block after each res block (LlamaGen: the last)
     commit_loss_beta: float = 0.25
 
     @property
@@ -34,6 +35,7 @@ class VQConfig:
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d["ch_mult"] = list(self.ch_mult)
+        d["attn_levels"] = list(self.attn_levels)
         return d
 
 
@@ -93,6 +95,15 @@ class _Level(nn.Module):
         self.attn = nn.ModuleList()
 
 
+def _run_level(level: _Level, h: torch.Tensor) -> torch.Tensor:
+    """Res blocks in order, each followed by its attention block where the level has them."""
+    for n, block in enumerate(level.res):
+        h = block(h)
+        if len(level.attn):
+            h = level.attn[n](h)
+    return h
+
+
 def _mid(cfg: VQConfig, c: int) -> nn.ModuleList:
     blocks = [ResnetBlock(cfg, c, c)] + ([AttnBlock(cfg, c)] if cfg.mid_attn else []) + [ResnetBlock(cfg, c, c)]
     return nn.ModuleList(blocks)
@@ -109,6 +120,8 @@ class Encoder(nn.Module):
             for _ in range(cfg.num_res_blocks):
                 level.res.append(ResnetBlock(cfg, c_in, c_out))
                 c_in = c_out
+                if i in cfg.attn_levels:
+                    level.attn.append(AttnBlock(cfg, c_in))
             if i != len(cfg.ch_mult) - 1:
                 level.downsample = Downsample(c_in)
             self.conv_blocks.append(level)
@@ -119,8 +132,7 @@ class Encoder(nn.Module):
     def forward(self, x):
         h = self.conv_in(x)
         for level in self.conv_blocks:
-            for block in level.res:
-                h = block(h)
+            h = _run_level(level, h)
             if hasattr(level, "downsample"):
                 h = level.downsample(h)
         for block in self.mid:
@@ -140,6 +152,8 @@ class Decoder(nn.Module):
             for _ in range(cfg.num_res_blocks + 1):
                 level.res.append(ResnetBlock(cfg, c_in, c_out))
                 c_in = c_out
+                if len(cfg.ch_mult) - 1 - i in cfg.attn_levels:  # the same resolution as encoder level
+                    level.attn.append(AttnBlock(cfg, c_in))
             if i != len(cfg.ch_mult) - 1:
                 level.upsample = Upsample(c_in)
             self.conv_blocks.append(level)
@@ -151,8 +165,7 @@ class Decoder(nn.Module):
         for block in self.mid:
             h = block(h)
         for level in self.conv_blocks:
-            for block in level.res:
-                h = block(h)
+            h = _run_level(level, h)
             if hasattr(level, "upsample"):
                 h = level.upsample(h)
         return self.conv_out(F.silu(self.norm_out(h)))
