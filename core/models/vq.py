@@ -231,6 +231,10 @@ class VQModel(nn.Module):
     def neighbours(self, k: int) -> torch.Tensor:
         """(V, k) nearest other codes of each code (L2 on the code vectors), nearest first."""
         codes = self.quantize.codes().float()
-        d = torch.cdist(codes, codes)
-        d.fill_diagonal_(float("inf"))
-        return d.topk(min(k, codes.shape[0] - 1), dim=1, largest=False).indices
+        k = min(k, codes.shape[0] - 1)
+        out = []
+        for start in range(0, codes.shape[0], 4096):  # rows in chunks: a 16384-code table stays small
+            d = torch.cdist(codes[start:start + 4096], codes)
+            d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
+            out.append(d.topk(k, dim=1, largest=False).indices)
+        return torch.cat(out)
