@@ -28,7 +28,7 @@ class Decoder:
                  sampling: SamplingConfig, device):
         self.gpt, self.grid, self.sampling, self.device = gpt, grid, sampling, device
         B = 1 if sampling.cfg == 1.0 else 2
-        self.captions = caption[None].expand(B, -1).to(device)
+        self.captions = caption[None].expand(B, *caption.shape).to(device)  # ids (B, P) or features (B, P, C)
         self.masks = caption_mask[None].expand(B, -1).to(device)
         self.drop = torch.tensor([False, True][:B], device=device)  # row 1 reads the null caption
         self.cache = gpt.new_cache(B, grid, device)
