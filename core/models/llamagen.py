@@ -1,0 +1,310 @@
+"""LlamaGen (FoundationVision/LlamaGen) as configurations of our GPT and VQModel, and its model pairs.
+
+Owns: the registry of LlamaGen sizes and official checkpoints, reading their state dicts (.pt with the
+weights under "model", "module" or "state_dict", a bare FSDP state dict, or .safetensors) from a local
+folder, FLAN-T5-XL caption features left-padded with their masks as LlamaGen's sample_t2i.py does,
+and the engine.ModelPair of a pair: t2i stage-2 (32x32) target with the stage-1 (16x16) drafter, or
+one c2i model at its grid (with GPT-B at the same grid as the small drafter of a larger model).
+
+Nothing here touches the network unless asked: weights come from `weights_dir`, else the folder named
+by MULO_LLAMAGEN_DIR, else ./pretrained_models; the Hugging Face hub is tried only with hub=True.
+It does not know decoding methods; the LlamaGen quirks that decide logits (zero RoPE on the prefix,
+bias-free caption MLP, null class row) are GPTConfig options, the VQ's attention levels a VQConfig one.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote_plus
+
+import torch
+
+from .gpt import GPT, GPTConfig
+from .vq import VQConfig, VQModel
+
+ENV_DIR = "MULO_LLAMAGEN_DIR"
+DEFAULT_DIR = Path("pretrained_models")
+T5_LEN, T5_DIM = 120, 2048          # caption tokens P and FLAN-T5-XL width
+NUM_CLASSES = 1000                  # ImageNet classes of the c2i models
+NEIGHBOURS = 1000                   # codebook neighbours kept per code (LANTERN's default k)
+# entries of official state dicts that are not weights: codebook usage statistics, derived tables
+IGNORED_KEYS = ("quantize.codebook_used", "freqs_cis", "causal_mask")
+
+# size -> (n_layer, n_head, dim), as LlamaGen's GPT_models
+SIZES = {"B": (12, 12, 768), "L": (24, 16, 1024), "XL": (36, 20, 1280), "XXL": (48, 24, 1536),
+         "3B": (24, 32, 3200)}
+
+VQ16 = VQConfig(codebook_size=16384, codebook_embed_dim=8, codebook_l2_norm=True, ch=128, ch_mult=(1, 1, 2, 2, 4),
+                num_res_blocks=2, z_channels=256, norm_groups=32, mid_attn=True, attn_levels=(4,))
+
+
+def gpt_config(size: str, kind: str = "t2i") -> GPTConfig:
+    """LlamaGen GPT-<size>: t2i reads 120 projected T5 tokens, c2i one class token."""
+    n_layer, n_head, dim = SIZES[size]
+    common = dict(vocab_size=VQ16.codebook_size, dim=dim, n_layer=n_layer, n_head=n_head, multiple_of=256,
+                  norm_eps=1e-5, rope_base=10000.0, prefix_rope="zero", caption_bias=False)
+    if kind == "t2i":
+        return GPTConfig(**common, prefix_len=T5_LEN, caption_dim=T5_DIM)
+    if kind == "c2i":
+        return GPTConfig(**common, prefix_len=1, num_classes=NUM_CLASSES)
+    raise ValueError(f"unknown LlamaGen model kind {kind!r}; available: t2i, c2i")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    file: str                   # official file name
+    hub_repo: str               # Hugging Face repository that serves it
+    kind: str                   # t2i | c2i | vq
+    size: str = ""              # GPT size (SIZES key); empty for the tokenizer
+    grid: int = 0               # token grid side (image size / 16)
+
+
+_T2I_HUB, _C2I_HUB = "peizesun/llamagen_t2i", "FoundationVision/LlamaGen"
+CHECKPOINTS = {c.file.removesuffix(".pt"): c for c in [
+    Checkpoint("vq_ds16_t2i.pt", _T2I_HUB, "vq"),
+    Checkpoint("vq_ds16_c2i.pt", _C2I_HUB, "vq"),
+    Checkpoint("t2i_XL_stage1_256.pt", _T2I_HUB, "t2i", "XL", 16),
+    Checkpoint("t2i_XL_stage2_512.pt", _T2I_HUB, "t2i", "XL", 32),
+    *[Checkpoint(f"c2i_{s}_{res}.pt", _C2I_HUB, "c2i", s, res // 16)
+      for s, res in [("B", 256), ("B", 384), ("L", 256), ("L", 384), ("XL", 384), ("XXL", 384), ("3B", 384)]],
+]}
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    target: str                 # CHECKPOINTS key of the target
+    tokenizer: str              # CHECKPOINTS key of the VQ
+    drafter: str | None = None  # low-resolution drafter (mulo), same family
+    small: str | None = None    # same-resolution smaller drafter (sd, lantern)
+    scales: tuple = ()          # up-scale factors the drafter serves
+
+
+PAIRS = {"llamagen-t2i": PairSpec("t2i_XL_stage2_512", "vq_ds16_t2i", drafter="t2i_XL_stage1_256", scales=(2,))}
+for _k, _c in CHECKPOINTS.items():
+    if _c.kind == "c2i":
+        _small = f"c2i_B_{_c.grid * 16}" if _c.size != "B" else None
+        PAIRS[f"llamagen-c2i-{_c.size}-{_c.grid * 16}"] = PairSpec(_k, "vq_ds16_c2i", small=_small)
+
+
+class MissingWeights(FileNotFoundError):
+    """Official files absent from the weights folder; the message names them and where to put them."""
+
+
+# ---- files ---------------------------------------------------------------------------------------
+def weights_folder(weights_dir: str | Path | None = None) -> Path:
+    return Path(weights_dir or os.environ.get(ENV_DIR) or DEFAULT_DIR)
+
+
+def _local(folder: Path, name: str) -> Path | None:
+    for path in (folder / CHECKPOINTS[name].file, folder / f"{name}.safetensors"):
+        if path.exists():
+            return path
+    return None
+
+
+def _from_hub(name: str, folder: Path) -> Path:
+    ck = CHECKPOINTS[name]
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as e:
+        raise MissingWeights(f"{ck.file} is not in {folder} and huggingface_hub is not installed") from e
+    try:
+        return Path(hf_hub_download(ck.hub_repo, ck.file, local_dir=folder))
+    except Exception as e:  # offline, unknown host, HTTP error: one message for all
+        raise MissingWeights(f"could not fetch {ck.file} from the Hugging Face hub ({ck.hub_repo}): "
+                             f"{type(e).__name__}. Offline? Put the file in {folder} instead.") from e
+
+
+def locate(names: list[str], weights_dir: str | Path | None = None, hub: bool = False) -> dict[str, Path]:
+    """Paths of the named checkpoints; raises MissingWeights naming every absent file at once."""
+    folder = weights_folder(weights_dir)
+    found = {n: _local(folder, n) for n in names}
+    if hub:
+        found = {n: p or _from_hub(n, folder) for n, p in found.items()}
+    missing = [n for n, p in found.items() if p is None]
+    if missing:
+        lines = "\n".join(f"  {CHECKPOINTS[n].file}  (https://huggingface.co/{CHECKPOINTS[n].hub_repo}/"
+                          f"resolve/main/{CHECKPOINTS[n].file})" for n in missing)
+        raise MissingWeights(f"LlamaGen weights not found in {folder.resolve()}:\n{lines}\n"
+                             f"Download them into one folder and set {ENV_DIR} to it (or pass weights_dir=...); "
+                             f"a .safetensors file with the same stem works too.")
+    return found
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of an official checkpoint: under "model" (DDP), "module" (DeepSpeed), "state_dict",
+    or the file itself (FSDP, safetensors)."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+        return load_file(str(path))
+    with torch.serialization.safe_globals([argparse.Namespace]):  # training args saved beside the weights
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    for key in ("model", "module", "state_dict"):
+        if key in obj:
+            return obj[key]
+    if all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return obj
+    raise ValueError(f"{path}: no weights under 'model', 'module' or 'state_dict' (keys: {sorted(obj)[:8]})")
+
+
+def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], name: str) -> torch.nn.Module:
+    """Load an official state dict strictly, up to IGNORED_KEYS; the error names what does not fit."""
+    state = {k.removeprefix("module.").removeprefix("_orig_mod."): v for k, v in state.items()}
+    state = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = [f"{k} {tuple(state[k].shape)} != {tuple(own[k].shape)}" for k in own
+             if k in state and state[k].shape != own[k].shape]
+    if missing or unexpected or wrong:
+        raise ValueError(f"{name} does not fit its LlamaGen configuration: missing {missing[:4]}, "
+                         f"unexpected {unexpected[:4]}, shape mismatch {wrong[:4]}")
+    model.load_state_dict(state, assign=True)
+    return model
+
+
+def build(name: str, state: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
+    """The model of a CHECKPOINTS entry; with a state dict, built on the meta device and loaded in place."""
+    ck = CHECKPOINTS[name]
+    make = (lambda: VQModel(VQ16)) if ck.kind == "vq" else (lambda: GPT(gpt_config(ck.size, ck.kind)))
+    if state is None:
+        return make().eval()
+    with torch.device("meta"):
+        model = make()
+    return load_weights(model, state, ck.file).eval()
+
+
+# ---- captions ------------------------------------------------------------------------------------
+def clean_prompt(text: str) -> str:
+    """The core of LlamaGen's clean_caption for plain prompts: unquote, lower-case, space after
+    punctuation, collapse whitespace. Its URL/HTML/markup scrubbing is not reproduced."""
+    text = unquote_plus(str(text)).strip().lower()
+    text = re.sub(r"(\D[,\./])\b", r"\1 ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def left_pad(feats: torch.Tensor, n_valid: int | None = None, length: int = T5_LEN) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, C) T5 features of the valid tokens (first n_valid rows) -> ((length, C) zeros then the
+    tokens, (length,) mask), LlamaGen's left padding; longer captions are truncated at the end."""
+    n = min(feats.shape[0] if n_valid is None else n_valid, length)
+    out = feats.new_zeros(length, feats.shape[-1])
+    out[length - n:] = feats[:n]
+    mask = torch.zeros(length, dtype=torch.bool)
+    mask[length - n:] = True
+    return out, mask
+
+
+class T5Captions:
+    """prompt -> left-padded ((120, 2048) features, (120,) mask) from a local FLAN-T5-XL folder."""
+
+    def __init__(self, path: str | Path, device="cpu", dtype=torch.float32):
+        from transformers import AutoTokenizer, T5EncoderModel
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.model = T5EncoderModel.from_pretrained(str(path), local_files_only=True, dtype=dtype).to(device).eval()
+        self.device = device
+
+    @torch.no_grad()
+    def __call__(self, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self.tokenizer([clean_prompt(prompt)], max_length=T5_LEN, padding="max_length", truncation=True,
+                             add_special_tokens=True, return_tensors="pt")
+        feats = self.model(input_ids=enc.input_ids.to(self.device),
+                           attention_mask=enc.attention_mask.to(self.device)).last_hidden_state[0]
+        return left_pad(feats.float().cpu(), int(enc.attention_mask.sum()))
+
+
+class FeatureCaptions:
+    """Precomputed T5 features of the valid tokens, as LlamaGen's extract_t5_feature.py writes them:
+    a .pt dict {prompt: (n, 2048) or (1, n, 2048)}, or one .npy (1, n, 2048) that serves every prompt."""
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        if path.suffix == ".npy":
+            import numpy as np
+            self.table, self.any = {}, torch.from_numpy(np.load(path)).float().reshape(-1, T5_DIM)
+        else:
+            self.table, self.any = torch.load(path, map_location="cpu", weights_only=True), None
+
+    def __call__(self, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.any is not None:
+            return left_pad(self.any)
+        if prompt not in self.table:
+            raise KeyError(f"no precomputed caption features for {prompt!r}; available: {list(self.table)[:5]}")
+        return left_pad(self.table[prompt].float().reshape(-1, T5_DIM))
+
+
+def text_caption(encode: Callable[[str], tuple]) -> Callable:
+    """ModelPair.caption for t2i: the same T5 features for every grid, computed once per prompt."""
+    memo: dict = {}
+
+    def caption(prompt: str, grid: tuple[int, int]):
+        if prompt not in memo:
+            memo[prompt] = encode(prompt)
+        return memo[prompt]
+    return caption
+
+
+def class_caption(prompt, grid=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """ModelPair.caption for c2i: the prompt is an ImageNet class id (0..999) -> ((1,) id, (1,) mask)."""
+    s = str(prompt).strip()
+    if not s.isdigit() or int(s) >= NUM_CLASSES:
+        raise ValueError(f"a class-conditional LlamaGen model takes a class id in [0, {NUM_CLASSES - 1}] "
+                         f"as its prompt; got {prompt!r}")
+    return torch.tensor([int(s)]), torch.ones(1, dtype=torch.bool)
+
+
+def _default_captions(weights_dir) -> Callable:
+    """T5 features from a FLAN-T5-XL folder (MULO_T5_DIR, else <weights>/t5-ckpt/flan-t5-xl)."""
+    path = Path(os.environ.get("MULO_T5_DIR") or weights_folder(weights_dir) / "t5-ckpt" / "flan-t5-xl")
+    if not path.exists():
+        raise MissingWeights(f"FLAN-T5-XL not found at {path}: put the google/flan-t5-xl files there, set "
+                             f"MULO_T5_DIR, or pass captions=FeatureCaptions(path) with precomputed features")
+    return T5Captions(path)
+
+
+# ---- pairs ---------------------------------------------------------------------------------------
+def default_dtype(device) -> torch.dtype:
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def assemble(name: str, spec: PairSpec, models: dict, caption: Callable | None = None, device="cpu",
+             dtype: torch.dtype | None = None):
+    """engine.ModelPair from built models (keys of spec); the tokenizer stays float32 (code lookup)."""
+    from ..engine import ModelPair
+    dtype = dtype or default_dtype(device)
+    gpt = {k: models[k].to(device=device, dtype=dtype) for k in (spec.target, spec.drafter, spec.small) if k}
+    tok = models[spec.tokenizer].to(device=device, dtype=torch.float32)
+    target = gpt[spec.target]
+    grid = CHECKPOINTS[spec.target].grid
+    if CHECKPOINTS[spec.target].kind == "c2i":
+        caption = class_caption
+    return ModelPair(name, target, gpt[spec.drafter] if spec.drafter else target,
+                     gpt[spec.small] if spec.small else None, tok, (grid, grid), caption,
+                     tok.neighbours(NEIGHBOURS).cpu(), scales=spec.scales, device=str(device))
+
+
+def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None, device="cpu",
+              dtype: torch.dtype | None = None, captions: Callable | None = None, hub: bool = False):
+    """engine.ModelPair of a PAIRS entry from official checkpoints (see locate for where they are read).
+
+    captions: prompt -> ((120, 2048), (120,)) for t2i (T5Captions, FeatureCaptions); default: a local FLAN-T5-XL."""
+    if name not in PAIRS:
+        raise ValueError(f"unknown LlamaGen pair {name!r}; available: {', '.join(PAIRS)}")
+    spec = PAIRS[name]
+    keys = [k for k in (spec.target, spec.tokenizer, spec.drafter, spec.small) if k]
+    paths = locate(keys, weights_dir, hub)
+    caption = None
+    if CHECKPOINTS[spec.target].kind == "t2i":
+        caption = text_caption(captions or _default_captions(weights_dir))
+    models = {k: build(k, read_state_dict(p)) for k, p in paths.items()}
+    return assemble(name, spec, models, caption, device, dtype)
+
+
+def pair_loaders() -> dict[str, Callable]:
+    """{pair name: loader} for engine.load_pair: weights from MULO_LLAMAGEN_DIR, device from MULO_DEVICE
+    (default cpu), never the hub."""
+    return {n: (lambda n=n: load_pair(n, device=os.environ.get("MULO_DEVICE", "cpu"))) for n in PAIRS}
