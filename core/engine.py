@@ -44,16 +44,27 @@ def _embedded_caption(prompt: str, grid: tuple[int, int]):
     return data.caption_ids(canonical_prompt(prompt), grid[0])
 
 
-@lru_cache(maxsize=2)
-def load_pair(name: str = "embedded") -> ModelPair:
-    if name != "embedded":
-        raise ValueError(f"unknown model pair {name!r}; available: embedded")
+def _load_embedded() -> ModelPair:
     from . import family
     tok = family.load_tokenizer()
     target = family.load_gpt("target")
     small = family.load_gpt("drafter") if (family.ASSETS / family.FILES["drafter"]).exists() else None
-    return ModelPair(name, target, target, small, tok, (32, 32), _embedded_caption,
+    return ModelPair("embedded", target, target, small, tok, (32, 32), _embedded_caption,
                     tok.neighbours(tok.vocab_size - 1))
+
+
+def pair_loaders() -> dict[str, Callable[[], ModelPair]]:
+    """Model pairs by name: the embedded family, then outside families (their weights load on demand)."""
+    from .models import llamagen
+    return {"embedded": _load_embedded, **llamagen.pair_loaders()}
+
+
+@lru_cache(maxsize=2)
+def load_pair(name: str = "embedded") -> ModelPair:
+    loaders = pair_loaders()
+    if name not in loaders:
+        raise ValueError(f"unknown model pair {name!r}; available: {', '.join(loaders)}")
+    return loaders[name]()
 
 
 def context(run: RunConfig, pair: ModelPair) -> MethodContext:
