@@ -271,20 +271,18 @@ def default_dtype(device) -> torch.dtype:
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
-def assemble(name: str, spec: PairSpec, models: dict, caption: Callable | None = None, device="cpu",
+def assemble(name: str, target: GPT, tokenizer: VQModel, grid: tuple[int, int], caption: Callable,
+             drafter: GPT | None = None, small: GPT | None = None, scales: tuple = (), device="cpu",
              dtype: torch.dtype | None = None):
-    """engine.ModelPair from built models (keys of spec); the tokenizer stays float32 (code lookup)."""
+    """engine.ModelPair from built models; the GPTs in dtype (bf16 on CUDA by default), the tokenizer
+    in float32 (code lookup). Without a drafter the target serves its own grid only."""
     from ..engine import ModelPair
     dtype = dtype or default_dtype(device)
-    gpt = {k: models[k].to(device=device, dtype=dtype) for k in (spec.target, spec.drafter, spec.small) if k}
-    tok = models[spec.tokenizer].to(device=device, dtype=torch.float32)
-    target = gpt[spec.target]
-    grid = CHECKPOINTS[spec.target].grid
-    if CHECKPOINTS[spec.target].kind == "c2i":
-        caption = class_caption
-    return ModelPair(name, target, gpt[spec.drafter] if spec.drafter else target,
-                     gpt[spec.small] if spec.small else None, tok, (grid, grid), caption,
-                     tok.neighbours(NEIGHBOURS).cpu(), scales=spec.scales, device=str(device))
+    target, drafter, small = (m.to(device=device, dtype=dtype) if m is not None else None
+                              for m in (target, drafter, small))
+    tokenizer = tokenizer.to(device=device, dtype=torch.float32)
+    return ModelPair(name, target, drafter or target, small, tokenizer, grid, caption,
+                     tokenizer.neighbours(NEIGHBOURS).cpu(), scales=scales, device=str(device))
 
 
 def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None, device="cpu",
@@ -297,11 +295,11 @@ def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None,
     spec = PAIRS[name]
     keys = [k for k in (spec.target, spec.tokenizer, spec.drafter, spec.small) if k]
     paths = locate(keys, weights_dir, hub)
-    caption = None
-    if CHECKPOINTS[spec.target].kind == "t2i":
-        caption = text_caption(captions or _default_captions(weights_dir))
+    ck = CHECKPOINTS[spec.target]
+    caption = text_caption(captions or _default_captions(weights_dir)) if ck.kind == "t2i" else class_caption
     models = {k: build(k, read_state_dict(p)) for k, p in paths.items()}
-    return assemble(name, spec, models, caption, device, dtype)
+    return assemble(name, models[spec.target], models[spec.tokenizer], (ck.grid, ck.grid), caption,
+                    models.get(spec.drafter), models.get(spec.small), spec.scales, device, dtype)
 
 
 def pair_loaders() -> dict[str, Callable]:
