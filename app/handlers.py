@@ -34,12 +34,14 @@ except ImportError:
 
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
-         "upsampler", "resample", "rejection", "cfg", "temperature", "top_k")
+         "upsampler", "resample", "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "cfg",
+         "temperature", "top_k")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
-                 "rejection")
+                 "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init")
 _SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
-_INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "top_k"}
-_FLOATS = {"tau", "cfg", "temperature"}
+_INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
+         "top_k"}
+_FLOATS = {"tau", "delta", "cfg", "temperature"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
                 **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS})
@@ -79,10 +81,11 @@ def user_errors(what: str = ""):
         raise gr.Error(f"{what}{e}") from None
 
 
-def run_config(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
-               resample, rejection, cfg, temperature, top_k) -> RunConfig:
-    values = dict(zip(KNOBS, (method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows,
-                              upsampler, resample, rejection, cfg, temperature, top_k)))
+def run_config(*knobs) -> RunConfig:
+    """The RunConfig of knob values given in KNOBS order (gr.Error for a value of the wrong type)."""
+    if len(knobs) != len(KNOBS):
+        raise gr.Error(f"expected {len(KNOBS)} knob values ({', '.join(KNOBS)}); got {len(knobs)}")
+    values = dict(zip(KNOBS, knobs))
     for name, v in values.items():
         try:
             if name in _INTS:
@@ -198,12 +201,10 @@ def _live(status: str, canvas=None) -> tuple:
 
 
 @GPU
-def generate(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
-             rejection, cfg, temperature, top_k, show_grid=False, progress=gr.Progress()):
-    """Run the method (streaming the canvas as it fills), then the ar baseline; yields
-    (state, status, trace file, *VIEWS)."""
-    run = run_config(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
-                     resample, rejection, cfg, temperature, top_k)
+def generate(show_grid, *knobs):
+    """Run the method given by the knobs (KNOBS order), streaming its canvas as it fills, then the ar
+    baseline; yields (state, status, trace file, *VIEWS)."""
+    run = run_config(*knobs)
     pair = checked(run)
     H, W = pair.grid
     draft = (H // run.params.scale, W // run.params.scale) if run.method == "mulo" else None
@@ -216,7 +217,6 @@ def generate(method, prompt, seed, k, tau, scale, radius, window, draft_window, 
             break
         n += 1
         live.apply(out.to_dict())
-        progress((n, None), desc=f"{run.method}: {out.phase}", unit="steps")
         if time.perf_counter() - last > 0.3:
             last = time.perf_counter()
             yield _live(f"Running **{run.method}**: step {n} ({out.phase}), {last - t0:.1f} s",
@@ -225,7 +225,7 @@ def generate(method, prompt, seed, k, tau, scale, radius, window, draft_window, 
     if run.method != "ar":
         yield _live(f"**{run.method}** done in {trace.totals['wall_ms'] / 1000:.1f} s; running the ar baseline "
                     "for the same prompt and seed…")
-        baseline = ar_baseline(run, pair, lambda i: progress((i, H * W), desc="ar baseline", unit="steps"))
+        baseline = ar_baseline(run, pair)
     state = dict(trace=trace, baseline=baseline)
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), *views(state, show_grid))
 
@@ -285,17 +285,15 @@ def inspect_cell(state, evt: gr.SelectData):
 
 
 @GPU
-def compare(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
-            rejection, cfg, temperature, top_k, progress=gr.Progress()):
-    """Every registered method on the same prompt, seed and knobs; yields (gallery, table, figure,
-    status) after each method."""
-    run = run_config(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
-                     resample, rejection, cfg, temperature, top_k)
+def compare(*knobs):
+    """Every registered method on the same prompt, seed and knobs (KNOBS order); yields (gallery,
+    table, figure, status) after each method."""
+    run = run_config(*knobs)
     pair = checked(run)
     gallery, rows, table = [], [], []
     methods = list(registry())
     for n, m in enumerate(methods):
-        progress((n, len(methods)), desc=f"running {m}")
+        yield gallery, table, plots.compare_bars(rows), f"Running {m} ({n + 1} of {len(methods)})…"
         cfg_m = replace(run, method=m)
         try:
             engine.context(cfg_m, pair)
@@ -308,7 +306,6 @@ def compare(method, prompt, seed, k, tau, scale, radius, window, draft_window, d
         table.append([m, trace.totals["target_nfe"], trace.totals["drafter_nfe"], round(trace.totals["wall_ms"]),
                       _fraction(trace.totals["accepted_fraction"]), round(nfe, 2), ""])
         gallery.append((render.grid_image(trace.tokens, pair.tokenizer), f"{m}: {trace.totals['target_nfe']} NFE"))
-        yield gallery, table, plots.compare_bars(rows), f"Ran {n + 1} of {len(methods)} methods…"
     yield gallery, table, plots.compare_bars(rows), f"Compared {len(rows)} methods on seed {run.seed}."
 
 
@@ -323,33 +320,30 @@ def _numbers(text: str, name: str, cast, most: int = 6) -> list:
 
 
 @GPU
-def sweep(taus, windows, method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
-          resample, rejection, cfg, temperature, top_k, progress=gr.Progress()):
-    """mulo over the given taus and zipar over the given windows: NFE speedup over ar against the
-    quality proxy. Yields (figure, status) after each run."""
+def sweep(taus, windows, *knobs):
+    """mulo over the given taus and zipar over the given windows, other knobs as given (KNOBS order):
+    NFE speedup over ar against the quality proxy. Yields (figure, status) before each run."""
     tau_list = _numbers(taus, "taus", float)
     window_list = _numbers(windows, "windows", int)
-    run = run_config("mulo", prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler,
-                     resample, rejection, cfg, temperature, top_k)
+    run = replace(run_config(*knobs), method="mulo")
     jobs = [("mulo", f"τ={t:g}", run.with_params(tau=t)) for t in tau_list] + \
            [("zipar", f"w={w}", replace(run, method="zipar").with_params(window=w)) for w in window_list]
     for _, _, c in jobs:
         checked(c)
     pair = engine.load_pair(run.model)
     points = []
-    progress((0, len(jobs) + 1), desc="ar baseline")
+    yield plots.message("running the ar baseline…"), "Running the ar baseline…"
     base = ar_baseline(run, pair)
     ar_quality = render.reference_similarity(engine.decode_image(base.tokens, pair.tokenizer), run.prompt)
     points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality))
     for n, (m, label, c) in enumerate(jobs, start=1):
-        progress((n, len(jobs) + 1), desc=f"{m} {label}")
+        yield plots.sweep_figure(points), f"Running {m} {label} ({n} of {len(jobs)})…"
         trace = engine.run(c, pair)
         img = engine.decode_image(trace.tokens, pair.tokenizer)
         acc = trace.totals["accepted_fraction"]
         points.append(dict(method=m, label=label if acc is None else f"{label}, {_fraction(acc)} acc.",
                            speedup=speedup(trace, base)[0],
                            quality=render.reference_similarity(img, run.prompt)))
-        yield plots.sweep_figure(points), f"Ran {n} of {len(jobs)} settings…"
     yield plots.sweep_figure(points), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
 
 
@@ -382,13 +376,10 @@ def from_query(request: gr.Request) -> tuple:
     return tuple(out)
 
 
-def share_link(method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
-               rejection, cfg, temperature, top_k, request: gr.Request = None) -> str:
-    """A link that reopens the app with these knob values."""
-    values = (method, prompt, seed, k, tau, scale, radius, window, draft_window, draft_rows, upsampler, resample,
-              rejection, cfg, temperature, top_k)
+def share_link(request: gr.Request, *knobs) -> str:
+    """A link that reopens the app with these knob values (KNOBS order)."""
     base = str(request.url).split("?")[0] if request is not None else ""
-    return f"{base}?{urlencode(dict(zip(KNOBS, values)))}"
+    return f"{base}?{urlencode(dict(zip(KNOBS, knobs)))}"
 
 
 NO_OBJECT = "(none)"

@@ -116,9 +116,10 @@ def islands_image(proposal_img: np.ndarray, v: Verdict, grid: bool = False) -> n
 class Replay:
     """The canvases as they stood after some steps: target grid and, for mulo, the drafter's grid.
 
-    A draft step writes the drafter canvas; a refresh step (grid "draft") writes the down-sampled
-    commit into it; an upsample step writes the proposal onto the target canvas; a verify step
-    withdraws the cells it sends to resampling (R_X); resample and decode steps write final tokens.
+    A mulo draft step writes the drafter canvas; a refresh step (grid "draft") writes the down-sampled
+    commit into it; an upsample step writes the proposal onto the target canvas; a mulo verify step
+    withdraws the cells it sends to resampling (R_X); a verify step of sd, lantern or sjd withdraws
+    the drafts it judged and writes the tokens it kept; resample and decode steps write final tokens.
     """
 
     def __init__(self, target: tuple[int, int], draft: tuple[int, int] | None):
@@ -126,17 +127,21 @@ class Replay:
         self.draft = None if draft is None else np.full(tuple(draft), UNKNOWN, dtype=np.int64)
         self.last: dict | None = None
 
+    def on_draft(self, step: dict) -> bool:
+        return self.draft is not None and (step["phase"] == "draft" or step.get("grid") == "draft")
+
     def apply(self, step: dict) -> None:
         self.last = step
-        on_draft = step["phase"] == "draft" or step.get("grid") == "draft"
-        canvas = self.draft if on_draft else self.target
-        if canvas is None:
-            return
+        canvas = self.draft if self.on_draft(step) else self.target
         if step["phase"] == "verify" and "band" in step:
             r0, r1 = step["band"]
             band = canvas[r0:r1]
             band[np.asarray(step["resample"], dtype=bool)] = UNKNOWN
-        elif step.get("tokens") is not None and step["cells"]:
+            return
+        if step.get("judged"):          # sd / lantern / sjd: drafts judged, only `cells` kept
+            judged = np.asarray(step["judged"], dtype=np.int64).reshape(-1, 2)
+            canvas[judged[:, 0], judged[:, 1]] = UNKNOWN
+        if step.get("tokens") is not None and step["cells"]:
             cells = np.asarray(step["cells"], dtype=np.int64)
             canvas[cells[:, 0], cells[:, 1]] = step["tokens"]
 
@@ -167,7 +172,7 @@ def _mark_step(img: np.ndarray, step: dict, shape: tuple[int, int]) -> np.ndarra
 def canvas_image(rp: Replay, tokenizer, grid: bool = False, size: int = SIZE) -> np.ndarray:
     """[drafter canvas | target canvas] (or the target canvas alone), the last step's cells marked."""
     step = rp.last
-    on_draft = step is not None and (step["phase"] == "draft" or step.get("grid") == "draft")
+    on_draft = step is not None and rp.on_draft(step)
     panels = []
     for canvas, is_draft in ((rp.draft, True), (rp.target, False)):
         if canvas is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from core import engine
-from core.config import REJECTION_MODES, RESAMPLE_MODES, UPSAMPLERS
+from core.config import REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
 from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
@@ -84,6 +84,13 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["draft_rows"] = gr.Slider(0, 16, d["draft_rows"], step=1, label="Draft rows per cycle (0 = all)")
         k["draft_window"] = gr.Slider(0, 16, d["draft_window"], step=1,
                                       label="Drafter ZipAR window (0 = serial drafting)")
+    with gr.Accordion("SD, LANTERN and SJD knobs", open=False):
+        k["gamma"] = gr.Slider(1, 16, d["gamma"], step=1, label="γ: tokens drafted per cycle (sd, lantern)")
+        k["delta"] = gr.Slider(0.0, 1.0, d["delta"], step=0.05, label="δ: probability mass moved (lantern)")
+        k["lantern_k"] = gr.Slider(0, max(d["lantern_k"], vocab_size - 1), d["lantern_k"], step=1,
+                                   label="Neighbours considered (lantern)", info="capped at the codebook size")
+        k["sjd_window"] = gr.Slider(1, 64, d["sjd_window"], step=1, label="Jacobi window L (sjd)")
+        k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd)")
     with gr.Accordion("ZipAR and sampling", open=False):
         k["window"] = gr.Slider(1, 32, d["window"], step=1, label="ZipAR window w",
                                 info="a row starts once the row above has w tokens; also used inside islands")
@@ -193,7 +200,7 @@ def build_demo() -> gr.Blocks:
         views = [view_outputs[v] for v in h.VIEWS]
         run_outputs = [state, status, trace_file, *views]
 
-        gen = run_btn.click(h.generate, knob_list + [show_grid], run_outputs, api_name="generate",
+        gen = run_btn.click(h.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
                             concurrency_id="model", concurrency_limit=1, show_progress="minimal")
         stop_btn.click(None, cancels=[gen], api_visibility="private")
         replay_btn.click(h.replay, [upload, show_grid], run_outputs, api_name="replay")

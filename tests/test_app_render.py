@@ -1,0 +1,222 @@
+"""The app's handlers and renderers, called as plain functions (no server)."""
+import json
+import math
+
+import gradio as gr
+import numpy as np
+import pytest
+import torch
+
+from app import handlers as h
+from app import plots, render, theme
+from core import engine
+from core.domain import parse_prompt
+from core.trace import Trace
+
+
+def knobs(**overrides):
+    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The small models are latency-bound: one intra-op thread avoids oversubscribing two cores
+    when anything else runs (two threads ran 30x slower beside a training job)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def generated(one_thread):
+    """Every update of one default mulo generation (with its ar baseline)."""
+    return list(h.generate(False, *knobs()))
+
+
+@pytest.fixture(scope="module")
+def state(generated):
+    return generated[-1][0]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return engine.load_pair("embedded").tokenizer
+
+
+def shown(out):
+    return dict(zip(h.VIEWS, out[3:]))
+
+
+def test_generate_ends_with_every_view_and_a_downloadable_trace(generated):
+    state, status, path, *_ = generated[-1]
+    assert state["trace"].method == "mulo" and state["baseline"].method == "ar"
+    assert "Done" in status
+    with open(path) as f:
+        assert Trace.from_json(f.read()).to_dict() == state["trace"].to_dict()
+
+
+def test_token_grids_are_shown_crisp_at_320_px(generated):
+    v = shown(generated[-1])
+    for name in ("draft", "proposal", "final", "baseline", "islands"):
+        assert v[name].shape == (render.SIZE, render.SIZE, 3) and v[name].dtype == np.uint8, name
+    assert v["canvas"].shape[0] == render.SIZE
+    # nearest neighbour: every 10x10 block of the 16x16 draft is one colour
+    block = v["draft"][:10, :10].reshape(-1, 3)
+    assert (block == block[0]).all()
+
+
+def test_grid_overlay_draws_lines_between_cells(state, tok):
+    plain = render.grid_image(state["trace"].tokens, tok, grid=False)
+    lined = render.grid_image(state["trace"].tokens, tok, grid=True)
+    assert (lined[render.SIZE // 32] <= plain[render.SIZE // 32]).all()
+    assert (lined != plain).any()
+
+
+def test_heatmap_marks_tau_with_a_contour_and_hovers_the_numbers(state):
+    trace = state["trace"]
+    fig = plots.heatmap(trace, render.verdict(trace))
+    contour = [t for t in fig.data if t.type == "contour"]
+    assert contour and contour[0].name == f"τ = {trace.params['tau']:g}"
+    assert math.isclose(contour[0].contours.start, math.log10(trace.params["tau"]))
+    heat = [t for t in fig.data if t.type == "heatmap"][0]
+    assert np.asarray(heat.z).shape == (32, 32)
+    assert "proposal token" in heat.hovertemplate and "island" in heat.hovertemplate
+
+
+def test_verdict_reassembles_the_verify_steps(state):
+    trace = state["trace"]
+    v = render.verdict(trace)
+    assert ((v.pooled >= v.tau) == v.accepted).all()
+    assert (v.rejected <= v.resample).all()            # every rejected cell is resampled
+    assert ((v.islands > 0) == v.resample).all()
+    assert render.verdict(state["baseline"]) is None   # ar verifies nothing
+
+
+def test_replaying_every_step_rebuilds_the_final_tokens(state):
+    for trace in (state["trace"], state["baseline"]):
+        rp = render.replay(trace, len(trace.steps))
+        assert (rp.target == np.asarray(trace.tokens)).all(), trace.method
+
+
+def test_scrubber_canvas_changes_from_one_step_to_the_next(state):
+    trace = state["trace"]
+    for n in (0, 5, len(trace.steps) - 1):
+        a, _ = h.scrub(state, n)
+        b, caption = h.scrub(state, n + 1)
+        assert (a != b).any(), n
+        assert f"Step {n + 1} of {len(trace.steps)}" in caption
+
+
+def test_scrubber_at_zero_shows_nothing_written(state, tok):
+    img = render.canvas_image(render.replay(state["trace"], 0), tok)
+    assert (img[:, -render.SIZE:] == theme.rgb(theme.PENDING)).all()
+
+
+def test_clicking_a_proposal_cell_reports_its_pooled_mass(state):
+    evt = gr.SelectData(None, {"index": [5, 318], "value": None})
+    text = h.inspect_cell(state, evt)
+    assert "Cell (31, 0)" in text and "pooled mass" in text and "tau" in text
+
+
+def test_timeline_has_a_lane_for_the_run_and_for_the_baseline(state):
+    fig = plots.timeline(state["trace"], state["baseline"])
+    lanes = {y for t in fig.data for y in t.y}
+    assert lanes == {"mulo", "ar baseline"}
+    assert {t.name for t in fig.data} >= {"draft", "upsample", "verify", "decode"}
+
+
+def test_speedup_figures_appear_in_the_stats(generated, state):
+    stats = shown(generated[-1])["stats"]
+    nfe, wall = h.speedup(state["trace"], state["baseline"])
+    assert f"{nfe:.2f}×" in stats and f"{wall:.2f}×" in stats
+    assert nfe == 1024 / state["trace"].totals["target_nfe"]
+
+
+def test_views_of_an_ar_trace_say_there_is_no_heatmap(state):
+    v = dict(zip(h.VIEWS, h.views(dict(trace=state["baseline"]))))
+    assert v["draft"] is None and v["proposal"] is None and v["islands"] is None
+    assert "verifies nothing" in v["heatmap"].layout.annotations[0].text
+
+
+def test_a_prompt_outside_the_vocabulary_is_a_gr_error():
+    with pytest.raises(gr.Error, match="elephant"):
+        list(h.generate(False, *knobs(prompt="a purple elephant center on a striped blue background")))
+
+
+def test_a_parameter_out_of_range_is_a_gr_error_naming_it():
+    with pytest.raises(gr.Error, match="tau"):
+        list(h.generate(False, *knobs(tau=2.0)))
+    with pytest.raises(gr.Error, match="seed must be an integer"):
+        list(h.generate(False, *knobs(seed=1.5)))
+
+
+def test_an_uploaded_trace_replays_without_a_model_run(state, tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(state["trace"].to_json())
+    out = h.replay(str(path))
+    assert out[0]["trace"].to_dict() == state["trace"].to_dict() and "no model ran" in out[1]
+    assert (shown(out)["final"] == render.grid_image(state["trace"].tokens, engine.load_pair().tokenizer)).all()
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"{not json", "not valid JSON"),
+    (json.dumps({"schema": "mulo-trace/0"}).encode(), "unsupported trace schema"),
+    (json.dumps({"schema": "mulo-trace/1", "method": "ar"}).encode(), "lacks the field"),
+])
+def test_bad_uploads_are_gr_errors_naming_the_problem(tmp_path, content, problem):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(gr.Error, match=problem):
+        h.replay(str(path))
+
+
+def test_an_oversized_upload_is_refused_before_reading(tmp_path):
+    path = tmp_path / "big.json"
+    with open(path, "wb") as f:
+        f.truncate(33 * 2 ** 20)
+    with pytest.raises(gr.Error, match="MiB"):
+        h.replay(str(path))
+
+
+def test_an_upload_with_tokens_outside_the_codebook_is_refused(state, tmp_path):
+    d = state["trace"].to_dict()
+    d["tokens"][0][0] = 10 ** 6
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(gr.Error, match="codebook"):
+        h.replay(str(path))
+
+
+def test_every_preset_gives_a_valid_configuration():
+    pair = engine.load_pair()
+    for name in h.PRESETS:
+        out = h.preset(name)
+        assert len(out) == len(h.KNOBS) + 1 and name in out[-1]
+        values = [h.DEFAULTS[k] if isinstance(v, type(gr.skip())) else v for k, v in zip(h.KNOBS, out)]
+        engine.context(h.run_config(*values), pair)
+
+
+def test_link_parameters_set_the_knobs():
+    class Request:
+        query_params = {"tau": "0.3", "method": "zipar", "window": "8"}
+    out = dict(zip(h.KNOBS, h.from_query(Request())))
+    assert out["tau"] == 0.3 and out["method"] == "zipar" and out["window"] == 8
+    assert isinstance(out["k"], type(gr.skip()))
+
+
+def test_the_prompt_builder_writes_a_caption_the_domain_reads():
+    text = h.build_prompt("small", "red", "circle", "top left", "medium", "blue", "square", "center",
+                          "striped", "green")
+    assert text == "a small red circle top left and a medium blue square center on a striped green background"
+    assert len(parse_prompt(text).objects) == 2
+    with pytest.raises(gr.Error, match="position"):
+        h.build_prompt("small", "red", "circle", "center", "small", "red", "cross", "center", "noisy", "red")
+
+
+def test_sweep_plots_speedup_against_quality_for_mulo_and_zipar():
+    *_, (fig, status) = h.sweep("0", "16", *knobs())
+    assert {t.name for t in fig.data} == {"ar", "mulo", "zipar"}
+    mulo = [t for t in fig.data if t.name == "mulo"][0]
+    assert mulo.x[0] > 100           # tau = 0: one verification pass instead of 1024
+    assert "Swept 2 settings" in status
