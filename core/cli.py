@@ -29,8 +29,9 @@ def _train(args) -> int:
     import torch
     from . import family, train
     torch.set_num_threads(args.threads) if args.threads else None
+    grids = tuple(int(g) for g in args.grids.split(",")) if args.grids else ((32,) if args.job == "drafter" else (32, 16, 8))
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
-                            ckpt_every=args.ckpt_every)
+                            ckpt_every=args.ckpt_every, grids=grids)
     run_dir = Path(args.run_dir or f"runs/{args.job}")
     model = train.train(cfg, run_dir, Path(args.assets), ProgressBar(f"train {args.job}"))
     if args.export:
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="checkpoint and log folder (default runs/<job>)")
     t.add_argument("--assets", default=str(Path(__file__).resolve().parent.parent / "assets"))
     t.add_argument("--export", action="store_true", help="write the trained weights into assets/")
+    t.add_argument("--grids", default="", help="AR jobs: token grids cycled through (default: target 32,16,8; "
+                   "drafter 32)")
     t.add_argument("--threads", type=int, default=0)
     t.set_defaults(func=_train)
     return p

@@ -79,7 +79,7 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
         raise ValueError(f"the {pair.name} pair ships no same-resolution drafter for {run.method}")
     return MethodContext(target=pair.target, drafter=drafter, tokenizer=pair.tokenizer, grid=pair.grid,
                          caption=lambda grid: pair.caption(run.prompt, grid), sampling=run.sampling,
-                         params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours)
+                         params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours.cpu())
 
 
 def _grid_list(a) -> list | None:
@@ -120,7 +120,8 @@ def run(run_cfg: RunConfig, pair: ModelPair | None = None) -> Trace:
 def decode_image(trace_tokens, tokenizer) -> np.ndarray:
     """(H, W) token grid -> (S, S, 3) uint8 image."""
     with torch.inference_mode():
-        img = tokenizer.decode(torch.as_tensor(np.asarray(trace_tokens), dtype=torch.long)[None])[0]
+        tokens = torch.as_tensor(np.asarray(trace_tokens), dtype=torch.long)[None]
+        img = tokenizer.decode(tokens.to(next(tokenizer.parameters()).device))[0].float()
     return data.to_uint8(img)
 
 

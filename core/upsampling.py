@@ -14,11 +14,15 @@ import torch
 import torch.nn.functional as F
 
 
+def _device(tokenizer) -> torch.device:
+    return next(tokenizer.parameters()).device
+
+
 def pixel_upsample(tokens: torch.Tensor, r: int, tokenizer) -> torch.Tensor:
-    """(h, w) -> (h r, w r) through pixel space."""
-    img = tokenizer.decode(tokens[None])                                   # (1, 3, h f, w f)
-    big = F.interpolate(img, scale_factor=r, mode="bicubic", align_corners=False).clamp(-1, 1)
-    return tokenizer.encode(big)[0]
+    """(h, w) -> (h r, w r) through pixel space. Token grids live on the CPU; pixels on the tokenizer's device."""
+    img = tokenizer.decode(tokens[None].to(_device(tokenizer)))           # (1, 3, h f, w f)
+    big = F.interpolate(img.float(), scale_factor=r, mode="bicubic", align_corners=False).clamp(-1, 1)
+    return tokenizer.encode(big)[0].cpu()
 
 
 def nearest_upsample(tokens: torch.Tensor, r: int, tokenizer=None) -> torch.Tensor:
@@ -28,9 +32,9 @@ def nearest_upsample(tokens: torch.Tensor, r: int, tokenizer=None) -> torch.Tens
 
 def pixel_downsample(tokens: torch.Tensor, r: int, tokenizer) -> torch.Tensor:
     """(H, W) -> (H / r, W / r) through pixel space."""
-    img = tokenizer.decode(tokens[None])
-    small = F.interpolate(img, scale_factor=1.0 / r, mode="area")
-    return tokenizer.encode(small)[0]
+    img = tokenizer.decode(tokens[None].to(_device(tokenizer)))
+    small = F.interpolate(img.float(), scale_factor=1.0 / r, mode="area")
+    return tokenizer.encode(small)[0].cpu()
 
 
 UPSAMPLERS: dict[str, Callable] = {"pixel": pixel_upsample, "nearest": nearest_upsample}
