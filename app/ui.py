@@ -129,16 +129,16 @@ def build_demo() -> gr.Blocks:
                 preset_info = gr.Markdown(elem_classes=["explain"])
                 prompt = gr.Textbox(h.DEFAULTS["prompt"], label="Prompt", lines=2, elem_id="prompt",
                                     info="the domain's words only: sizes, colours, shapes, places, backgrounds")
+                with gr.Row():
+                    run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
+                status = gr.Markdown(elem_id="status")
+                show_grid = gr.Checkbox(False, label="Show token grid lines")
                 gr.Examples(EXAMPLES, inputs=[prompt], cache_examples=False, label="Example prompts")
                 _prompt_builder(prompt)
                 knobs = _knob_inputs(pair.vocab_size)
                 knobs["prompt"] = prompt
                 knob_list = [knobs[k] for k in h.KNOBS]
-                show_grid = gr.Checkbox(False, label="Show token grid lines")
-                with gr.Row():
-                    run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
-                status = gr.Markdown(elem_id="status")
                 with gr.Accordion("Share these settings", open=False):
                     link_btn = gr.Button("Make a link", size="sm")
                     link = gr.Textbox(label="Link", buttons=["copy"], interactive=False)
@@ -148,9 +148,9 @@ def build_demo() -> gr.Blocks:
                         _explain("images")
                         with gr.Row():
                             draft = _grid("Low-res draft", "draft")
-                            proposal = _grid("Up-sampled proposal (click a cell)", "proposal")
+                            proposal = _grid("Proposal (click a cell)", "proposal")
                             final = _grid("Final image", "final")
-                            baseline = _grid("ar baseline, same seed", "baseline")
+                            baseline = _grid("ar, same seed", "baseline")
                         stats = gr.Markdown(elem_id="speedup")
                         with gr.Row():
                             with gr.Column(scale=3):
@@ -158,7 +158,7 @@ def build_demo() -> gr.Blocks:
                                 heatmap = gr.Plot(label="Acceptance heatmap", elem_id="heatmap")
                             with gr.Column(scale=2):
                                 _explain("islands")
-                                islands = _grid("Rejection islands on the proposal", "islands")
+                                islands = _grid("Rejection islands", "islands")
                                 cell = gr.Markdown("Click a cell of the proposal to see its numbers.",
                                                    elem_id="cell")
                         _explain("timing")

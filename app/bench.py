@@ -1,0 +1,72 @@
+"""How responsive the explorer is: `python -m app.bench [--threads N] [--repeat R]`.
+
+Measures, through the same handlers the buttons call:
+- click to first complete result for the default preset (the run, its ar baseline, every view),
+  cold (ar baseline not yet run) and warm (ar baseline remembered, another tau);
+- time to the first streamed canvas;
+- re-rendering every view from a stored Trace, and replaying a Trace JSON (target <= 0.3 s).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+
+from . import handlers as h
+
+
+def _knobs(**overrides) -> list:
+    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+
+
+def _click(knobs: list) -> tuple[float, float, dict]:
+    """(seconds to the first streamed update, seconds to the complete result, state)."""
+    t0 = time.perf_counter()
+    first = None
+    for out in h.generate(False, *knobs):
+        first = first or time.perf_counter() - t0
+    return first, time.perf_counter() - t0, out[0]
+
+
+def _median_s(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--repeat", type=int, default=5, help="repetitions of the re-render timings")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    h.engine.load_pair()
+
+    first, cold, state = _click(_knobs())
+    _, warm, _ = _click(_knobs(tau=0.05))
+    rerender = _median_s(lambda: h.views(state), args.repeat)
+    path = os.path.join(tempfile.mkdtemp(prefix="mulo-bench-"), "trace.json")
+    with open(path, "w") as f:
+        f.write(state["trace"].to_json())
+    replay = _median_s(lambda: h.replay(path), args.repeat)
+    n = len(state["trace"].steps)
+    scrub = _median_s(lambda: h.scrub(state, n // 2), args.repeat)
+
+    print(f"explorer bench: {os.cpu_count()} CPU cores, {args.threads} torch thread(s), default preset (mulo)")
+    print(f"  click -> first streamed canvas        {first:6.2f} s")
+    print(f"  click -> complete result, cold         {cold:6.2f} s   (mulo + ar baseline + every view)")
+    print(f"  click -> complete result, warm         {warm:6.2f} s   (ar baseline remembered, tau 0.05)")
+    print(f"  re-render every view from the Trace    {rerender:6.3f} s   (target <= 0.3 s)")
+    print(f"  replay an uploaded Trace JSON          {replay:6.3f} s   (parse + every view)")
+    print(f"  one scrubber move ({n} steps)          {scrub:6.3f} s")
+
+
+if __name__ == "__main__":
+    main()
