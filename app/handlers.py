@@ -191,12 +191,12 @@ def _trace_file(trace: Trace) -> str:
     return path
 
 
-def _live(status: str, canvas=None) -> tuple:
-    """A streaming update: status (and the canvas so far), every other output left as it is."""
+def _live(status: str, **shown) -> tuple:
+    """A streaming update: status and the given VIEWS (e.g. the canvases so far), the rest left as is."""
     out = [gr.skip()] * (3 + len(VIEWS))
     out[1] = status
-    if canvas is not None:
-        out[3 + VIEWS.index("canvas")] = canvas
+    for name, value in shown.items():
+        out[3 + VIEWS.index(name)] = value
     return tuple(out)
 
 
@@ -219,8 +219,10 @@ def generate(show_grid, *knobs):
         live.apply(out.to_dict())
         if time.perf_counter() - last > 0.3:
             last = time.perf_counter()
+            # the canvases fill the draft and final slots, where the eye already is
             yield _live(f"Running **{run.method}**: step {n} ({out.phase}), {last - t0:.1f} s",
-                        render.canvas_image(live, pair.tokenizer, show_grid))
+                        draft=render.grid_image(live.draft, pair.tokenizer, show_grid),
+                        final=render.grid_image(live.target, pair.tokenizer, show_grid))
     baseline = None
     if run.method != "ar":
         yield _live(f"**{run.method}** done in {trace.totals['wall_ms'] / 1000:.1f} s; running the ar baseline "

@@ -104,17 +104,18 @@ def compare_bars(rows: list[dict]) -> go.Figure:
 def sweep_figure(points: list[dict]) -> go.Figure:
     """Speedup in target NFE over ar (x) against the quality proxy (y), one line per method."""
     fig = go.Figure()
-    colours = {"mulo": theme.ACCEPTED, "zipar": theme.PHASES["draft"]}
+    colours = {"ar": theme.PHASES["decode"], "mulo": theme.ACCEPTED, "zipar": theme.PHASES["draft"]}
     for method in dict.fromkeys(p["method"] for p in points):
         pts = [p for p in points if p["method"] == method]
         fig.add_trace(go.Scatter(
             x=[p["speedup"] for p in pts], y=[p["quality"] for p in pts], mode="lines+markers+text",
-            name=method, text=[p["label"] for p in pts], textposition="top center",
+            name=method, text=[p["label"] for p in pts], textposition="top center", textfont=dict(size=10),
             marker=dict(size=10, color=colours.get(method)), line=dict(color=colours.get(method)),
             hovertemplate="%{text}<br>NFE speedup %{x:.2f}×<br>quality proxy %{y:.3f}<extra>" + method + "</extra>"))
     ys = [p["quality"] for p in points]
     pad = max(0.01, (max(ys) - min(ys)) * 0.2) if ys else 0.1
-    fig.update_layout(height=380, margin=MARGIN, xaxis_title="speedup over ar (target NFE ratio)",
+    fig.update_layout(height=380, margin=MARGIN,
+                      xaxis=dict(type="log", title="speedup over ar (target NFE ratio, log scale)"),
                       yaxis_title="similarity to the prompt's reference render",
                       yaxis_range=[min(ys) - pad, max(ys) + pad] if ys else None,
                       title="Faster is right, better is up")

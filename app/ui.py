@@ -173,7 +173,7 @@ def build_demo() -> gr.Blocks:
                         _explain("compare")
                         cmp_btn = gr.Button("Compare all methods", variant="primary", elem_id="compare-run")
                         cmp_status = gr.Markdown()
-                        cmp_gallery = gr.Gallery(label="Final images", columns=4, height=260, format="png",
+                        cmp_gallery = gr.Gallery(label="Final images", columns=6, height=240, format="png",
                                                  interactive=False, elem_classes=["token-grid"])
                         cmp_table = gr.Dataframe(headers=["method", "target NFE", "drafter NFE", "wall ms",
                                                           "accepted", "NFE speedup", "note"],

@@ -1,5 +1,5 @@
 """The app in a real browser (Debian's chromium through Playwright): a preset, Generate, the views
-render, the scrubber moves the canvas. Leaves a screenshot in the test's tmp_path."""
+render, a click on the proposal explains a cell, the scrubber moves the canvas. Leaves a screenshot in the test's tmp_path."""
 import os
 
 import pytest
@@ -46,6 +46,9 @@ def test_a_preset_then_generate_shows_every_view_and_the_scrubber_replays(page, 
     expect(page.locator("#heatmap .js-plotly-plot")).to_be_visible()
     expect(page.locator("#timeline .js-plotly-plot")).to_be_visible()
     expect(page.locator("#speedup")).to_contain_text("fewer target passes than ar")
+
+    page.locator("#proposal img").first.click(position={"x": 40, "y": 40})
+    expect(page.locator("#cell")).to_contain_text("pooled mass", timeout=20_000)
 
     before = image_src(page, "canvas")
     box = page.locator("#scrubber input[type=number]")

@@ -107,7 +107,7 @@ def embedded_row():
     pair = engine.load_pair("embedded")
     if pair.small is None:
         pytest.fail("the shipped same-resolution drafter is missing from assets/")
-    return dataclasses.replace(pair, grid=GRID)
+    return dataclasses.replace(pair, grid=GRID, caption=lambda prompt, grid: engine._embedded_caption(prompt, (32, 32)))
 
 
 @pytest.fixture(scope="module")
