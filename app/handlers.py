@@ -184,6 +184,11 @@ def views(state: dict | None, show_grid: bool = False) -> tuple:
             render.step_caption(trace, n))
 
 
+def regrid(state: dict | None, show_grid: bool) -> tuple:
+    """The grid-lines toggle: every view redrawn, or nothing when there is no run yet."""
+    return views(state, show_grid) if state else tuple(gr.skip() for _ in VIEWS)
+
+
 def _trace_file(trace: Trace) -> str:
     path = os.path.join(tempfile.mkdtemp(prefix="mulo-"), f"trace-{trace.method}-seed{trace.seed}.json")
     with open(path, "w") as f:
@@ -230,6 +235,10 @@ def generate(show_grid, *knobs):
         baseline = ar_baseline(run, pair)
     state = dict(trace=trace, baseline=baseline)
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), *views(state, show_grid))
+
+
+def stopped() -> str:
+    return "Stopped. The views still show the previous run; press Generate to start again."
 
 
 def load_trace(path: str | None) -> Trace:

@@ -202,9 +202,9 @@ def build_demo() -> gr.Blocks:
 
         gen = run_btn.click(h.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
                             concurrency_id="model", concurrency_limit=1, show_progress="minimal")
-        stop_btn.click(None, cancels=[gen], api_visibility="private")
+        stop_btn.click(h.stopped, None, status, cancels=[gen], api_visibility="private", queue=False)
         replay_btn.click(h.replay, [upload, show_grid], run_outputs, api_name="replay")
-        show_grid.change(h.views, [state, show_grid], views, api_visibility="private", show_progress="hidden")
+        show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
                        show_progress="hidden", trigger_mode="always_last")
         proposal.select(h.inspect_cell, state, cell, api_visibility="private")

@@ -60,3 +60,15 @@ def test_a_preset_then_generate_shows_every_view_and_the_scrubber_replays(page, 
 
     page.screenshot(path=str(tmp_path / "explorer.png"), full_page=True)
     assert (tmp_path / "explorer.png").stat().st_size > 10_000
+
+
+def test_stop_cancels_a_running_generation_and_the_app_stays_usable(page):
+    from playwright.sync_api import expect
+    page.get_by_role("button", name="Generate", exact=True).click()
+    expect(page.locator("#status")).to_contain_text("Running", timeout=30_000)
+    page.get_by_role("button", name="Stop", exact=True).click()
+    expect(page.locator("#status")).to_contain_text("Stopped")
+    page.wait_for_timeout(1500)
+    expect(page.locator("#status")).to_contain_text("Stopped")   # no late update from the cancelled run
+    page.get_by_role("button", name="Generate", exact=True).click()
+    expect(page.locator("#status")).to_contain_text("Done", timeout=120_000)

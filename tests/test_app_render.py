@@ -205,6 +205,22 @@ def test_link_parameters_set_the_knobs():
     assert isinstance(out["k"], type(gr.skip()))
 
 
+def test_a_share_link_carries_every_knob_back_into_the_app():
+    class Request:
+        url = "http://127.0.0.1:7860/?old=1"
+    link = h.share_link(Request(), *knobs(tau=0.25, method="zipar"))
+    assert link.startswith("http://127.0.0.1:7860/?method=zipar&prompt=a+large")
+
+    class Back:
+        query_params = dict(item.split("=") for item in link.split("?")[1].split("&"))
+    out = dict(zip(h.KNOBS, h.from_query(Back())))
+    assert out["tau"] == 0.25 and out["method"] == "zipar" and out["radius"] == h.DEFAULTS["radius"]
+
+
+def test_toggling_grid_lines_before_any_run_changes_nothing():
+    assert all(isinstance(v, type(gr.skip())) for v in h.regrid(None, True))
+
+
 def test_the_prompt_builder_writes_a_caption_the_domain_reads():
     text = h.build_prompt("small", "red", "circle", "top left", "medium", "blue", "square", "center",
                           "striped", "green")
