@@ -12,14 +12,16 @@ import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import lru_cache
 from urllib.parse import urlencode
 
 import gradio as gr
 import numpy as np
 
-from core import engine
+from core import engine, family
+from core.evaluate import quality as measured_quality
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
-from core.domain import COLS, ROWS, PromptError
+from core.domain import COLS, ROWS, PromptError, parse_prompt
 from core.methods import registry
 from core.trace import MAX_BYTES, Trace, TraceError
 
@@ -295,29 +297,54 @@ def inspect_cell(state, evt: gr.SelectData):
     return render.cell_details(trace, render.verdict(trace), i, j)
 
 
+@lru_cache(maxsize=1)
+def _classifier():
+    """The domain's attribute classifier, or None when the assets do not ship it."""
+    try:
+        return family.load_classifier()
+    except family.AssetError:
+        return None
+
+
+def quality(img, prompt: str) -> tuple[float, str]:
+    """(score, what it is): prompt adherence read back by the domain's classifier (the project's
+    GenEval analogue), or pixel similarity to the domain's rendering of the prompt without it."""
+    clf = _classifier()
+    if clf is None:
+        return render.reference_similarity(img, prompt), "similarity to the prompt's reference render"
+    return measured_quality([img], [parse_prompt(prompt)], clf)["adherence"], "prompt adherence (classifier)"
+
+
 @GPU
 def compare(*knobs):
-    """Every registered method on the same prompt, seed and knobs (KNOBS order); yields (gallery,
-    table, figure, status) after each method."""
+    """Every registered method on the same prompt, seed and knobs (KNOBS order), speed beside
+    quality; yields (gallery, table, figure, status) before each method and at the end."""
     run = run_config(*knobs)
     pair = checked(run)
+    base = None
     gallery, rows, table = [], [], []
     methods = list(registry())
+    measure = "quality"
     for n, m in enumerate(methods):
-        yield gallery, table, plots.compare_bars(rows), f"Running {m} ({n + 1} of {len(methods)})…"
+        yield gallery, table, plots.compare_bars(rows, measure), f"Running {m} ({n + 1} of {len(methods)})…"
         cfg_m = replace(run, method=m)
         try:
             engine.context(cfg_m, pair)
         except ValueError as e:
-            table.append([m, None, None, None, None, None, f"skipped: {e}"])
+            table.append([m, None, None, None, None, None, None, None, f"skipped: {e}"])
             continue
         trace = ar_baseline(run, pair) if m == "ar" else engine.run(cfg_m, pair)
-        nfe, _ = speedup(trace, None)
-        rows.append(dict(method=m, **trace.totals))
+        base = base or ar_baseline(run, pair)
+        nfe, wall = speedup(trace, base)
+        img = engine.decode_image(trace.tokens, pair.tokenizer)
+        score, measure = quality(img, run.prompt)
+        rows.append(dict(method=m, quality=score, **trace.totals))
         table.append([m, trace.totals["target_nfe"], trace.totals["drafter_nfe"], round(trace.totals["wall_ms"]),
-                      _fraction(trace.totals["accepted_fraction"]), round(nfe, 2), ""])
-        gallery.append((render.grid_image(trace.tokens, pair.tokenizer), f"{m}: {trace.totals['target_nfe']} NFE"))
-    yield gallery, table, plots.compare_bars(rows), f"Compared {len(rows)} methods on seed {run.seed}."
+                      _fraction(trace.totals["accepted_fraction"]), round(nfe, 2), round(wall, 2), round(score, 3),
+                      ""])
+        gallery.append((render.crisp(img), f"{m}: {trace.totals['target_nfe']} NFE"))
+    yield (gallery, table, plots.compare_bars(rows, measure),
+           f"Compared {len(rows)} methods on seed {run.seed}; quality = {measure}.")
 
 
 def _numbers(text: str, name: str, cast, most: int = 6) -> list:
@@ -345,17 +372,17 @@ def sweep(taus, windows, *knobs):
     points = []
     yield plots.message("running the ar baseline…"), "Running the ar baseline…"
     base = ar_baseline(run, pair)
-    ar_quality = render.reference_similarity(engine.decode_image(base.tokens, pair.tokenizer), run.prompt)
+    ar_quality, measure = quality(engine.decode_image(base.tokens, pair.tokenizer), run.prompt)
     points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality))
     for n, (m, label, c) in enumerate(jobs, start=1):
-        yield plots.sweep_figure(points), f"Running {m} {label} ({n} of {len(jobs)})…"
+        yield plots.sweep_figure(points, measure), f"Running {m} {label} ({n} of {len(jobs)})…"
         trace = engine.run(c, pair)
         img = engine.decode_image(trace.tokens, pair.tokenizer)
         acc = trace.totals["accepted_fraction"]
         points.append(dict(method=m, label=label if acc is None else f"{label}, {_fraction(acc)} acc.",
                            speedup=speedup(trace, base)[0],
-                           quality=render.reference_similarity(img, run.prompt)))
-    yield plots.sweep_figure(points), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
+                           quality=quality(img, run.prompt)[0]))
+    yield plots.sweep_figure(points, measure), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
 
 
 def preset(name: str) -> tuple:

@@ -89,11 +89,12 @@ def timeline(trace, baseline=None) -> go.Figure:
     return fig
 
 
-def compare_bars(rows: list[dict]) -> go.Figure:
-    """Target NFE, wall time and acceptance per method, side by side."""
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("target NFE", "wall clock (ms)", "accepted fraction"))
+def compare_bars(rows: list[dict], measure: str) -> go.Figure:
+    """Target NFE, wall time, acceptance and quality (named by `measure`) per method, side by side."""
+    fig = make_subplots(rows=1, cols=4, subplot_titles=("target NFE", "wall clock (ms)", "accepted fraction",
+                                                        measure))
     methods = [r["method"] for r in rows]
-    for col, key in enumerate(("target_nfe", "wall_ms", "accepted_fraction"), start=1):
+    for col, key in enumerate(("target_nfe", "wall_ms", "accepted_fraction", "quality"), start=1):
         vals = [r[key] if r[key] is not None else 0 for r in rows]
         fig.add_trace(go.Bar(x=methods, y=vals, marker_color=theme.PHASES["verify"], showlegend=False,
                              hovertemplate="%{x}: %{y}<extra></extra>"), row=1, col=col)
@@ -101,8 +102,9 @@ def compare_bars(rows: list[dict]) -> go.Figure:
     return fig
 
 
-def sweep_figure(points: list[dict]) -> go.Figure:
-    """Speedup in target NFE over ar (x) against the quality proxy (y), one line per method."""
+def sweep_figure(points: list[dict], measure: str) -> go.Figure:
+    """Speedup in target NFE over ar (x) against a quality measure (y, named by `measure`), one line
+    per method."""
     fig = go.Figure()
     colours = {"ar": theme.PHASES["decode"], "mulo": theme.ACCEPTED, "zipar": theme.PHASES["draft"]}
     for method in dict.fromkeys(p["method"] for p in points):
@@ -111,12 +113,12 @@ def sweep_figure(points: list[dict]) -> go.Figure:
             x=[p["speedup"] for p in pts], y=[p["quality"] for p in pts], mode="lines+markers+text",
             name=method, text=[p["label"] for p in pts], textposition="top center", textfont=dict(size=10),
             marker=dict(size=10, color=colours.get(method)), line=dict(color=colours.get(method)),
-            hovertemplate="%{text}<br>NFE speedup %{x:.2f}×<br>quality proxy %{y:.3f}<extra>" + method + "</extra>"))
+            hovertemplate="%{text}<br>NFE speedup %{x:.2f}×<br>quality %{y:.3f}<extra>" + method + "</extra>"))
     ys = [p["quality"] for p in points]
     pad = max(0.01, (max(ys) - min(ys)) * 0.2) if ys else 0.1
     fig.update_layout(height=380, margin=MARGIN,
                       xaxis=dict(type="log", title="speedup over ar (target NFE ratio, log scale)"),
-                      yaxis_title="similarity to the prompt's reference render",
+                      yaxis_title=measure,
                       yaxis_range=[min(ys) - pad, max(ys) + pad] if ys else None,
                       title="Faster is right, better is up")
     return fig

@@ -44,10 +44,12 @@ EXPLAIN = {
                 "grid; right, the target grid). Yellow marks the cells the step wrote; at a verify step green "
                 "is accepted and red rejected. Dark cells are not written yet.",
     "compare": "Every decoding method on the same prompt, seed and knobs: final images, target passes, wall "
-               "clock and acceptance side by side.",
-    "sweep": "Trade-off curve: each point is one run. Right means fewer target passes than ar; up means closer "
-             "to the scene the prompt describes (a crude, model-free proxy: pixel similarity to the domain's "
-             "own rendering of the prompt). mulo sweeps τ, ZipAR sweeps its window.",
+               "clock, acceptance and quality side by side (speedups are over ar; quality as in the Sweep tab).",
+    "sweep": "Trade-off curve: each point is one run. Right means fewer target passes than ar; up means a "
+             "better image: the share of the prompt's attributes (objects, places, shapes, colours, sizes, "
+             "background) that the domain's classifier reads back from it, or, where the classifier is not "
+             "shipped, pixel similarity to the domain's own rendering of the prompt. mulo sweeps τ, ZipAR "
+             "sweeps its window. One seed per point: read trends, not decimals.",
     "files": "Download the trace of the last run (JSON, schema mulo-trace/1) to share or attach to a bug "
              "report; upload a trace to replay all views without running any model.",
 }
@@ -176,7 +178,8 @@ def build_demo() -> gr.Blocks:
                         cmp_gallery = gr.Gallery(label="Final images", columns=6, height=240, format="png",
                                                  interactive=False, elem_classes=["token-grid"])
                         cmp_table = gr.Dataframe(headers=["method", "target NFE", "drafter NFE", "wall ms",
-                                                          "accepted", "NFE speedup", "note"],
+                                                          "accepted", "NFE speedup", "wall speedup", "quality",
+                                                          "note"],
                                                  interactive=False, label="Figures")
                         cmp_plot = gr.Plot(label="Side by side")
                     with gr.Tab("Sweep", id="sweep"):

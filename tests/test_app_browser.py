@@ -1,5 +1,6 @@
 """The app in a real browser (Debian's chromium through Playwright): a preset, Generate, the views
-render, a click on the proposal explains a cell, the scrubber moves the canvas. Leaves a screenshot in the test's tmp_path."""
+render, a click on the proposal explains a cell, the scrubber moves the canvas, Stop stops. Leaves a
+screenshot in the test's tmp_path."""
 import os
 
 import pytest

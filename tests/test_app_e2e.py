@@ -40,13 +40,15 @@ def test_generate_returns_images_plots_and_a_trace(client):
 
 def test_compare_runs_every_method_on_one_seed(client):
     gallery, table, plot, status = client.predict(*knobs(tau=0.0), api_name="/compare")
-    methods = [row[0] for row in table["data"]]
-    assert methods[:3] == ["ar", "zipar", "sd"] and "mulo" in methods
+    rows = {row[0]: row for row in table["data"]}
+    assert {"ar", "zipar", "mulo"} <= set(rows)
+    assert rows["ar"][5] == 1 and rows["mulo"][5] > 100          # tau = 0: NFE speedup over ar
+    assert all(0 <= row[7] <= 1 for row in rows.values() if row[7] is not None)   # quality beside speed
     assert len(gallery) >= 3 and "Compared" in status
 
 
 def test_an_uploaded_trace_replays(client, tmp_path):
-    _, trace_path, *_ = client.predict(False, *knobs(method="zipar", window=32), api_name="/generate")
+    _, trace_path, *_ = client.predict(False, *knobs(method="zipar", window=16), api_name="/generate")
     status, _, *views = client.predict(handle_file(trace_path), False, api_name="/replay")
     assert "no model ran" in status and "zipar" in status
 

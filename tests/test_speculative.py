@@ -77,7 +77,7 @@ GRID = (1, 3)   # the first three cells of a row, from the shipped target and dr
 
 def _first_cells(pair, method_run, seed0: int) -> np.ndarray:
     from core.decoding import MethodContext
-    cfg = RunConfig(method="ar", prompt=PROMPT, sampling=SamplingConfig(top_k=12))
+    cfg = RunConfig(method="ar", prompt=PROMPT, sampling=SamplingConfig(top_k=4))
     out = []
     for n in range(N_RUNS):
         ctx = engine.context(dataclasses.replace(cfg, seed=seed0 + n), pair)
