@@ -16,12 +16,11 @@ from functools import lru_cache
 from urllib.parse import urlencode
 
 import gradio as gr
-import numpy as np
 
 from core import engine, family
-from core.evaluate import quality as measured_quality
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
 from core.domain import COLS, ROWS, PromptError, parse_prompt
+from core.evaluate import quality as measured_quality
 from core.methods import registry
 from core.trace import MAX_BYTES, Trace, TraceError
 
@@ -49,10 +48,12 @@ DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig
                 **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS})
 
 PRESETS: dict[str, tuple[str, dict]] = {
-    "Paper default": ("MuLo-SD as published: r = 2, k = 4 neighbours pooled, τ = 0.1, local rejection with "
-                      "radius 1, islands resampled in parallel.", {}),
+    "Paper default": (f"MuLo-SD as published: r = {DEFAULTS['scale']}, k = {DEFAULTS['k']} neighbours pooled, "
+                      f"τ = {DEFAULTS['tau']:g}, {DEFAULTS['rejection']} rejection with radius {DEFAULTS['radius']}, "
+                      f"resampling: {DEFAULTS['resample']}.", {}),
     "Everything accepted (τ = 0)": ("With τ = 0 every pooled mass passes: the image is the up-sampled draft, "
-                                    "and the target runs exactly one verification pass.", dict(tau=0.0)),
+                                    "and the target runs one verification pass (after reading the prompt).",
+                                    dict(tau=0.0)),
     "A few rejection islands": ("A low τ with wide pooling: most proposals pass, and each rejection grows by "
                                 "the radius into a small island that the target resamples.",
                                 dict(tau=0.01, k=16, radius=1)),
@@ -117,15 +118,12 @@ def checked(cfg: RunConfig):
 _baselines: OrderedDict = OrderedDict()
 
 
-def ar_baseline(cfg: RunConfig, pair, on_step=None) -> Trace:
+def ar_baseline(cfg: RunConfig, pair) -> Trace:
     """The ar run with cfg's prompt, seed and sampling; remembered, since a workshop reruns one
-    prompt with many knob settings. on_step(n) is called as the n-th event arrives."""
+    prompt with many knob settings."""
     key = (pair.name, cfg.prompt, cfg.seed, cfg.sampling)
     if key not in _baselines:
-        for n, out in enumerate(engine.stream(replace(cfg, method="ar", params=MethodParams()), pair), start=1):
-            if on_step is not None:
-                on_step(n)
-        _baselines[key] = out
+        _baselines[key] = engine.run(replace(cfg, method="ar", params=MethodParams()), pair)
         while len(_baselines) > 16:
             _baselines.popitem(last=False)
     return _baselines[key]
