@@ -79,7 +79,7 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
     _check(0.0 < s.top_p <= 1.0, "top_p", "in (0, 1]", s.top_p)
     _check(0 <= p.k < vocab_size, "k", f"in [0, {vocab_size - 1}]", p.k)
     _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
-    _check(p.scale >= 1 and H % p.scale == 0 and W % p.scale == 0 and p.scale in (2, 4),
+    _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),
            "scale", f"2 or 4, dividing the {H}x{W} grid", p.scale)
     _check(p.radius >= 0, "radius", ">= 0", p.radius)
     _check(p.window >= 1, "window", ">= 1", p.window)
