@@ -16,6 +16,7 @@ from functools import lru_cache
 from urllib.parse import urlencode
 
 import gradio as gr
+import torch
 
 from core import engine, family
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
@@ -216,18 +217,28 @@ def generate(show_grid, *knobs):
     live = render.Replay((H, W), draft)
     t0 = last = time.perf_counter()
     trace, n = None, 0
-    for out in engine.stream(run, pair):
-        if isinstance(out, Trace):
-            trace = out
-            break
-        n += 1
-        live.apply(out.to_dict())
-        if time.perf_counter() - last > 0.3:
-            last = time.perf_counter()
-            # the canvases fill the draft and final slots, where the eye already is
-            yield _live(f"Running **{run.method}**: step {n} ({out.phase}), {last - t0:.1f} s",
-                        draft=render.grid_image(live.draft, pair.tokenizer, show_grid),
-                        final=render.grid_image(live.target, pair.tokenizer, show_grid))
+    # Gradio resumes this generator on whichever worker thread is free, but engine.stream holds
+    # torch.inference_mode (thread-local) open across its yields. Advancing and closing it inside
+    # our own inference_mode keeps every thread's mode balanced whichever thread runs each step.
+    events = engine.stream(run, pair)
+    try:
+        while trace is None:
+            with torch.inference_mode():
+                out = next(events)
+            if isinstance(out, Trace):
+                trace = out
+                continue
+            n += 1
+            live.apply(out.to_dict())
+            if time.perf_counter() - last > 0.3:
+                last = time.perf_counter()
+                # the canvases fill the draft and final slots, where the eye already is
+                yield _live(f"Running **{run.method}**: step {n} ({out.phase}), {last - t0:.1f} s",
+                            draft=render.grid_image(live.draft, pair.tokenizer, show_grid),
+                            final=render.grid_image(live.target, pair.tokenizer, show_grid))
+    finally:
+        with torch.inference_mode():
+            events.close()
     baseline = None
     if run.method != "ar":
         yield _live(f"**{run.method}** done in {trace.totals['wall_ms'] / 1000:.1f} s; running the ar baseline "

@@ -1,6 +1,7 @@
 """The app's handlers and renderers, called as plain functions (no server)."""
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
 import numpy as np
@@ -137,6 +138,28 @@ def test_views_of_an_ar_trace_say_there_is_no_heatmap(state):
     v = dict(zip(h.VIEWS, h.views(dict(trace=state["baseline"]))))
     assert v["draft"] is None and v["proposal"] is None and v["islands"] is None
     assert "verifies nothing" in v["heatmap"].layout.annotations[0].text
+
+
+def test_generate_can_be_resumed_on_any_thread_and_stopped_midway():
+    """Gradio advances a generator handler on whichever worker thread is free; Stop abandons it."""
+    pools = [ThreadPoolExecutor(1), ThreadPoolExecutor(1)]
+
+    def drive(gen, most):
+        out = []
+        for i in range(most):
+            try:
+                out.append(pools[i % 2].submit(next, gen).result())
+            except StopIteration:
+                break
+        return out
+
+    stopped = h.generate(False, *knobs())
+    assert all("Running" in u[1] for u in drive(stopped, 2))
+    pools[1].submit(stopped.close).result()
+    assert "Done" in drive(h.generate(False, *knobs()), 10_000)[-1][1]
+    for pool in pools:
+        assert not pool.submit(torch.is_inference_mode_enabled).result()
+        pool.shutdown()
 
 
 def test_a_prompt_outside_the_vocabulary_is_a_gr_error():
