@@ -27,7 +27,7 @@ def _click(knobs: list) -> tuple[float, float, dict]:
     """(seconds to the first streamed update, seconds to the complete result, state)."""
     t0 = time.perf_counter()
     first = None
-    for out in h.generate(False, *knobs):
+    for out in h.generate(None, False, *knobs):
         first = first or time.perf_counter() - t0
     return first, time.perf_counter() - t0, out[0]
 

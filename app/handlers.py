@@ -206,10 +206,22 @@ def _live(status: str, **shown) -> tuple:
     return tuple(out)
 
 
+_stop_requests: set[str] = set()   # sessions whose running generation should end at its next step
+
+
+def stop(request: gr.Request) -> str:
+    """The Stop button: Gradio cancels the event, but a step already running on a worker thread
+    still delivers its update; the flag makes the generation end at its next step whatever wins."""
+    _stop_requests.add(request.session_hash)
+    return "Stopped. The views still show the previous run; press Generate to start again."
+
+
 @GPU
-def generate(show_grid, *knobs):
+def generate(request: gr.Request | None, show_grid, *knobs):
     """Run the method given by the knobs (KNOBS order), streaming its canvas as it fills, then the ar
-    baseline; yields (state, status, trace file, *VIEWS)."""
+    baseline; yields (state, status, trace file, *VIEWS). Ends early after `stop` for its session."""
+    session = request.session_hash if request is not None else None
+    _stop_requests.discard(session)
     run = run_config(*knobs)
     pair = checked(run)
     H, W = pair.grid
@@ -229,6 +241,9 @@ def generate(show_grid, *knobs):
                 trace = out
                 continue
             n += 1
+            if session in _stop_requests:
+                yield _live(f"Stopped after step {n - 1}. The views still show the previous run.")
+                return
             live.apply(out.to_dict())
             if time.perf_counter() - last > 0.3:
                 last = time.perf_counter()
@@ -246,10 +261,6 @@ def generate(show_grid, *knobs):
         baseline = ar_baseline(run, pair)
     state = dict(trace=trace, baseline=baseline)
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), *views(state, show_grid))
-
-
-def stopped() -> str:
-    return "Stopped. The views still show the previous run; press Generate to start again."
 
 
 def load_trace(path: str | None) -> Trace:

@@ -32,7 +32,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def generated(one_thread):
     """Every update of one default mulo generation (with its ar baseline)."""
-    return list(h.generate(False, *knobs()))
+    return list(h.generate(None, False, *knobs()))
 
 
 @pytest.fixture(scope="module")
@@ -153,25 +153,36 @@ def test_generate_can_be_resumed_on_any_thread_and_stopped_midway():
                 break
         return out
 
-    stopped = h.generate(False, *knobs())
+    stopped = h.generate(None, False, *knobs())
     assert all("Running" in u[1] for u in drive(stopped, 2))
     pools[1].submit(stopped.close).result()
-    assert "Done" in drive(h.generate(False, *knobs()), 10_000)[-1][1]
+    assert "Done" in drive(h.generate(None, False, *knobs()), 10_000)[-1][1]
     for pool in pools:
         assert not pool.submit(torch.is_inference_mode_enabled).result()
         pool.shutdown()
 
 
+def test_stop_ends_the_session_s_generation_at_its_next_step():
+    class Request:
+        session_hash = "workshop-laptop-7"
+    gen = h.generate(Request(), False, *knobs())
+    assert "Running" in next(gen)[1]
+    assert "Stopped" in h.stop(Request())
+    *_, last = gen
+    assert last[1].startswith("Stopped after step") and isinstance(last[0], type(gr.skip()))
+    assert "Done" in list(h.generate(Request(), False, *knobs(tau=0.0)))[-1][1]   # not stopped again
+
+
 def test_a_prompt_outside_the_vocabulary_is_a_gr_error():
     with pytest.raises(gr.Error, match="elephant"):
-        list(h.generate(False, *knobs(prompt="a purple elephant center on a striped blue background")))
+        list(h.generate(None, False, *knobs(prompt="a purple elephant center on a striped blue background")))
 
 
 def test_a_parameter_out_of_range_is_a_gr_error_naming_it():
     with pytest.raises(gr.Error, match="tau"):
-        list(h.generate(False, *knobs(tau=2.0)))
+        list(h.generate(None, False, *knobs(tau=2.0)))
     with pytest.raises(gr.Error, match="seed must be an integer"):
-        list(h.generate(False, *knobs(seed=1.5)))
+        list(h.generate(None, False, *knobs(seed=1.5)))
 
 
 def test_an_uploaded_trace_replays_without_a_model_run(state, tmp_path):
