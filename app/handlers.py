@@ -416,20 +416,28 @@ def preset(name: str) -> tuple:
 
 
 def from_query(request: gr.Request) -> tuple:
-    """Knob values from the page's query string (?tau=0.2&method=mulo…); unknown or bad keys warn."""
+    """Knob values from the page's query string (?tau=0.2&method=mulo…, or ?preset=<name> with
+    knobs on top); unknown or bad keys warn and are ignored."""
     params = dict(request.query_params) if request is not None else {}
+    base = {}
+    if "preset" in params:
+        if params["preset"] in PRESETS:
+            chosen = {**DEFAULTS, **PRESETS[params["preset"]][1]}
+            base = {k: v for k, v in chosen.items() if k not in ("prompt", "seed")}
+        else:
+            gr.Warning(f"ignored unknown preset {params['preset']!r} from the link")
     out = []
     for k in KNOBS:
         if k not in params:
-            out.append(gr.skip())
+            out.append(base.get(k, gr.skip()))
             continue
         v = params[k]
         try:
             out.append(int(v) if k in _INTS else float(v) if k in _FLOATS else v)
         except ValueError:
             gr.Warning(f"ignored {k}={v!r} from the link: not a number")
-            out.append(gr.skip())
-    for k in set(params) - set(KNOBS):
+            out.append(base.get(k, gr.skip()))
+    for k in set(params) - set(KNOBS) - {"preset"}:
         gr.Warning(f"ignored unknown link parameter {k!r}")
     return tuple(out)
 

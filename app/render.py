@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from core import engine
 from core.domain import parse_prompt, render as render_scene
@@ -169,8 +169,18 @@ def _mark_step(img: np.ndarray, step: dict, shape: tuple[int, int]) -> np.ndarra
     return tint(img, mask, theme.HIGHLIGHT, 0.55)
 
 
+LABEL = 22   # height of the caption strip above each canvas panel, in pixels
+
+
+def _labelled(img: np.ndarray, text: str) -> np.ndarray:
+    strip = Image.new("RGB", (img.shape[1], LABEL), "white")
+    ImageDraw.Draw(strip).text((4, 4), text, fill=theme.PENDING, font=ImageFont.load_default(14))
+    return np.concatenate([np.asarray(strip), img], axis=0)
+
+
 def canvas_image(rp: Replay, tokenizer, grid: bool = False, size: int = SIZE) -> np.ndarray:
-    """[drafter canvas | target canvas] (or the target canvas alone), the last step's cells marked."""
+    """[drafter canvas | target canvas] (or the target canvas alone) under a caption strip, the last
+    step's cells marked. (size + LABEL, width, 3)."""
     step = rp.last
     on_draft = step is not None and rp.on_draft(step)
     panels = []
@@ -180,10 +190,11 @@ def canvas_image(rp: Replay, tokenizer, grid: bool = False, size: int = SIZE) ->
         img = grid_image(canvas, tokenizer, grid, size)
         if step is not None and on_draft == is_draft:
             img = _mark_step(img, step, canvas.shape)
-        panels.append(img)
+        who = "drafter q" if is_draft else "target p"
+        panels.append(_labelled(img, f"{who}, {canvas.shape[0]}x{canvas.shape[1]} tokens"))
     if len(panels) == 1:
         return panels[0]
-    gap = np.full((size, size // 20, 3), 255, np.uint8)
+    gap = np.full((size + LABEL, size // 20, 3), 255, np.uint8)
     return np.concatenate([panels[0], gap, panels[1]], axis=1)
 
 

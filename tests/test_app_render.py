@@ -61,7 +61,7 @@ def test_token_grids_are_shown_crisp_at_320_px(generated):
     v = shown(generated[-1])
     for name in ("draft", "proposal", "final", "baseline", "islands"):
         assert v[name].shape == (render.SIZE, render.SIZE, 3) and v[name].dtype == np.uint8, name
-    assert v["canvas"].shape[0] == render.SIZE
+    assert v["canvas"].shape[0] == render.SIZE + render.LABEL
     # nearest neighbour: every 10x10 block of the 16x16 draft is one colour
     block = v["draft"][:10, :10].reshape(-1, 3)
     assert (block == block[0]).all()
@@ -111,7 +111,7 @@ def test_scrubber_canvas_changes_from_one_step_to_the_next(state):
 
 def test_scrubber_at_zero_shows_nothing_written(state, tok):
     img = render.canvas_image(render.replay(state["trace"], 0), tok)
-    assert (img[:, -render.SIZE:] == theme.rgb(theme.PENDING)).all()
+    assert (img[render.LABEL:, -render.SIZE:] == theme.rgb(theme.PENDING)).all()
 
 
 def test_clicking_a_proposal_cell_reports_its_pooled_mass(state):
@@ -237,6 +237,14 @@ def test_link_parameters_set_the_knobs():
     out = dict(zip(h.KNOBS, h.from_query(Request())))
     assert out["tau"] == 0.3 and out["method"] == "zipar" and out["window"] == 8
     assert isinstance(out["k"], type(gr.skip()))
+
+
+def test_a_link_can_name_a_preset_and_override_its_knobs():
+    class Request:
+        query_params = {"preset": "Raster rejection", "radius": "2"}
+    out = dict(zip(h.KNOBS, h.from_query(Request())))
+    assert out["rejection"] == "raster" and out["radius"] == 2 and out["tau"] == h.DEFAULTS["tau"]
+    assert isinstance(out["prompt"], type(gr.skip()))
 
 
 def test_a_share_link_carries_every_knob_back_into_the_app():
