@@ -169,7 +169,7 @@ def build_demo() -> gr.Blocks:
                         scrubber = gr.Slider(0, 1, 0, step=1, label="Step", elem_id="scrubber")
                         step = gr.Markdown(elem_id="step")
                         canvas = gr.Image(label="Canvas after the step", type="numpy", format="png",
-                                          interactive=False, height=320, elem_id="canvas",
+                                          interactive=False, height=360, elem_id="canvas",
                                           elem_classes=["token-grid"], buttons=["download", "fullscreen"])
                     with gr.Tab("Compare", id="compare"):
                         _explain("compare")
@@ -205,7 +205,7 @@ def build_demo() -> gr.Blocks:
 
         gen = run_btn.click(h.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
                             concurrency_id="model", concurrency_limit=1, show_progress="minimal")
-        stop_btn.click(h.stop, None, status, cancels=[gen], api_visibility="private", queue=False)
+        stop_btn.click(h.stop, None, status, cancels=[gen], api_visibility="private")
         replay_btn.click(h.replay, [upload, show_grid], run_outputs, api_name="replay")
         show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
