@@ -229,14 +229,10 @@ def generate(request: gr.Request | None, show_grid, *knobs):
     live = render.Replay((H, W), draft)
     t0 = last = time.perf_counter()
     trace, n = None, 0
-    # Gradio resumes this generator on whichever worker thread is free, but engine.stream holds
-    # torch.inference_mode (thread-local) open across its yields. Advancing and closing it inside
-    # our own inference_mode keeps every thread's mode balanced whichever thread runs each step.
-    events = engine.stream(run, pair)
+    events = engine.stream(run, pair)  # each step runs in its own inference mode: any worker thread may resume it
     try:
         while trace is None:
-            with torch.inference_mode():
-                out = next(events)
+            out = next(events)
             if isinstance(out, Trace):
                 trace = out
                 continue
@@ -252,8 +248,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                             draft=render.grid_image(live.draft, pair.tokenizer, show_grid),
                             final=render.grid_image(live.target, pair.tokenizer, show_grid))
     finally:
-        with torch.inference_mode():
-            events.close()
+        events.close()
     baseline = None
     if run.method != "ar":
         yield _live(f"**{run.method}** done in {trace.totals['wall_ms'] / 1000:.1f} s; running the ar baseline "

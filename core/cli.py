@@ -33,7 +33,11 @@ def _train(args) -> int:
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
                             ckpt_every=args.ckpt_every, grids=grids)
     run_dir = Path(args.run_dir or f"runs/{args.job}")
-    model = train.train(cfg, run_dir, Path(args.assets), ProgressBar(f"train {args.job}"))
+    init = None
+    if args.init_from_assets:
+        from safetensors.torch import load_file
+        init = load_file(str(Path(args.assets) / family.FILES[args.job]))
+    model = train.train(cfg, run_dir, Path(args.assets), ProgressBar(f"train {args.job}"), init)
     if args.export:
         config = model.cfg.to_dict()
         family.export(args.job, model, config, dict(train_steps=cfg.steps, data_seed=cfg.data_seed,
@@ -56,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="checkpoint and log folder (default runs/<job>)")
     t.add_argument("--assets", default=str(Path(__file__).resolve().parent.parent / "assets"))
     t.add_argument("--export", action="store_true", help="write the trained weights into assets/")
+    t.add_argument("--init-from-assets", action="store_true",
+                   help="start a new run from the shipped weights (continue training elsewhere)")
     t.add_argument("--grids", default="", help="AR jobs: token grids cycled through (default: target 32,16,8; "
                    "drafter 32)")
     t.add_argument("--threads", type=int, default=0)

@@ -28,11 +28,11 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class MethodParams:
-    k: int = 4                  # mulo: codebook neighbours pooled with the proposal token
-    tau: float = 0.1            # mulo: accept iff pooled mass >= tau
+    k: int = 16                 # mulo: codebook neighbours pooled with the proposal token
+    tau: float = 0.05           # mulo: accept iff pooled mass >= tau
     scale: int = 2              # mulo: up-scale factor r (drafter grid = target grid / r)
     radius: int = 1             # mulo: Chebyshev expansion radius l
-    window: int = 16            # zipar window w; also the window inside mulo's islands
+    window: int = 4             # zipar window w; also the window inside mulo's islands
     draft_window: int = 0       # mulo: ZipAR window of the drafter (0 = serial drafting)
     draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)
     upsampler: str = "pixel"    # mulo: pixel | nearest

@@ -92,16 +92,18 @@ def stream(run: RunConfig, pair: ModelPair | None = None) -> Iterator[Step | Tra
     ctx = context(run, pair)
     method = registry()[run.method]
     steps: list[dict] = []
-    with torch.inference_mode():
-        gen = method(ctx)
-        while True:
+    gen = method(ctx)
+    while True:
+        # inference mode is per thread and a consumer (Gradio) may resume this generator on another
+        # thread: enter it around each step, never across a yield
+        with torch.inference_mode():
             try:
                 step = next(gen)
             except StopIteration as stop:
                 result = stop.value
                 break
-            steps.append(step.to_dict())
-            yield step
+        steps.append(step.to_dict())
+        yield step
     draft_grid = None if result.draft is None else list(result.draft.shape)
     params = dict(run.params.__dict__, **run.sampling.__dict__)
     yield Trace(method=run.method, params=params, seed=run.seed, prompt=run.prompt, model=pair.name,

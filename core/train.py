@@ -133,13 +133,19 @@ def make_job(cfg: TrainConfig, assets: Path):
 
 
 def train(cfg: TrainConfig, run_dir: Path, assets: Path,
-          progress: Callable[[int, int, float], None] = lambda *a: None) -> torch.nn.Module:
-    """Train (or resume) one job in run_dir; returns the trained module. Logs to run_dir/log.jsonl."""
+          progress: Callable[[int, int, float], None] = lambda *a: None,
+          init: dict | None = None) -> torch.nn.Module:
+    """Train (or resume) one job in run_dir; returns the trained module. Logs to run_dir/log.jsonl.
+
+    init: a state dict to start from when run_dir has no checkpoint yet (e.g. the shipped weights,
+    to continue training in a new place without the optimizer state)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.data_seed)
     job = make_job(cfg, assets)
     opt = torch.optim.AdamW(job.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     ckpt, start = run_dir / "ckpt.pt", 0
+    if init is not None and not ckpt.exists():
+        job.model.load_state_dict(init)
     if ckpt.exists():
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
         changed = {k for k in cfg.__dict__ if state["config"].get(k) != cfg.__dict__[k]}

@@ -7,7 +7,7 @@ from core import data, engine, family
 from core.models.gpt import GPT
 from core.train import TARGET
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # small models are latency-bound; one thread never oversubscribes two cores
 
 
 @pytest.fixture(scope="session")
