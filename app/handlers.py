@@ -49,7 +49,8 @@ DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig
                 **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS})
 
 PRESETS: dict[str, tuple[str, dict]] = {
-    "Paper default": (f"MuLo-SD as published: r = {DEFAULTS['scale']}, k = {DEFAULTS['k']} neighbours pooled, "
+    "Default operating point": (f"MuLo-SD at this project's tuned default (the paper publishes no numeric τ or k): "
+                      f"r = {DEFAULTS['scale']}, k = {DEFAULTS['k']} neighbours pooled, "
                       f"τ = {DEFAULTS['tau']:g}, {DEFAULTS['rejection']} rejection with radius {DEFAULTS['radius']}, "
                       f"resampling: {DEFAULTS['resample']}.", {}),
     "Everything accepted (τ = 0)": ("With τ = 0 every pooled mass passes: the image is the up-sampled draft, "

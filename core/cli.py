@@ -211,4 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     _extend(parser)
     args = parser.parse_args(argv)
-    return args.func(args)
+    from .config import ParameterError
+    from .domain import PromptError
+    from .family import AssetError
+    try:
+        return args.func(args)
+    except (ParameterError, PromptError, AssetError) as e:  # bad input: one clear line, no traceback
+        sys.stderr.write(f"error: {e}\n")
+        return 2

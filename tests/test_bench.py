@@ -1,0 +1,28 @@
+import pytest
+
+from core import bench
+from core.config import RunConfig
+
+
+def test_a_method_spec_sets_parameters_and_sampling():
+    label, cfg = bench.parse_spec("mulo:scale=4:tau=0.2:upsampler=nearest:cfg=2", RunConfig())
+    assert label == "mulo:scale=4:tau=0.2:upsampler=nearest:cfg=2"
+    assert (cfg.method, cfg.params.scale, cfg.params.tau, cfg.params.upsampler, cfg.sampling.cfg) == \
+        ("mulo", 4, 0.2, "nearest", 2.0)
+
+
+@pytest.mark.parametrize("spec, fragment", [("mulo:tau", "not key=value"), ("mulo:speed=3", "unknown parameter")])
+def test_a_bad_spec_is_refused(spec, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        bench.parse_spec(spec, RunConfig())
+
+
+def test_bench_reports_speed_beside_quality_against_ar():
+    result = bench.run(["mulo:scale=4"], n_prompts=1, seed=0)
+    assert result["specs"] == ["ar", "mulo:scale=4"]           # ar joins as the reference
+    ar, mulo = result["summary"]["ar"], result["summary"]["mulo:scale=4"]
+    assert ar["nfe_speedup"] == 1.0 and ar["target_nfe"] == 1024
+    assert mulo["nfe_speedup"] == pytest.approx(1024 / mulo["target_nfe"])
+    for s in (ar, mulo):
+        assert 0.0 <= s["adherence"] <= 1.0 and "frechet" in s and set(s["phase_ms"]) >= {"draft", "verify", "resample"}
+    assert "wall x" in bench.table(result)

@@ -1,0 +1,31 @@
+import json
+
+import pytest
+
+from core.cli import main
+
+PROMPT = "a large red circle center on a striped blue background"
+
+
+@pytest.mark.parametrize("flags, name", [(["--tau", "1.5"], "tau"), (["--k", "-1"], "k"), (["--scale", "3"], "scale"),
+                                         (["--radius", "-1"], "radius"), (["--window", "0"], "window")])
+def test_bad_parameters_stop_generate_before_any_output(tmp_path, capsys, flags, name):
+    out, trace = tmp_path / "img.png", tmp_path / "trace.json"
+    code = main(["generate", "--method", "mulo", "--prompt", PROMPT, "--out", str(out), "--trace", str(trace), *flags])
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"error: {name} must be")
+    assert not out.exists() and not trace.exists()
+
+
+def test_an_unknown_word_stops_generate_with_the_word_named(tmp_path, capsys):
+    code = main(["generate", "--prompt", "a red dragon center on a striped blue background", "--out", str(tmp_path / "x.png")])
+    assert code == 2 and "'dragon'" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_generate_writes_the_image_and_a_readable_trace(tmp_path):
+    out, trace = tmp_path / "img.png", tmp_path / "trace.json"
+    assert main(["generate", "--method", "mulo", "--scale", "4", "--prompt", PROMPT, "--seed", "1", "--out", str(out),
+                 "--trace", str(trace)]) == 0
+    d = json.loads(trace.read_text())
+    assert out.stat().st_size > 0 and d["schema"] == "mulo-trace/1" and d["grid"] == {"target": [32, 32], "draft": [8, 8]}
