@@ -15,6 +15,7 @@ TAU_SOME = 0.0101
 
 
 def run(pair, method="mulo", seed=0, **params) -> Trace:
+    params = {"k": 4, **params}  # TAU_SOME is calibrated for k = 4 on the tiny pair
     cfg = RunConfig(method=method, prompt=PROMPT, seed=seed).with_params(**params)
     return engine.run(cfg, pair)
 
@@ -57,6 +58,7 @@ def test_the_resample_mask_follows_the_expansion_rule(tiny_pair, radius):
     t = run(tiny_pair, tau=TAU_SOME, radius=radius)
     for s in verify_steps(t):
         rejected = ~np.array(s["accepted"])
+        assert rejected.any()
         assert np.array_equal(np.array(s["resample"]), _expansion_by_definition(rejected, radius))
 
 
@@ -64,6 +66,7 @@ def test_raster_rejection_discards_the_whole_suffix(tiny_pair):
     t = run(tiny_pair, tau=TAU_SOME, rejection="raster")
     for s in verify_steps(t):
         flat_rej = ~np.array(s["accepted"]).reshape(-1)
+        assert flat_rej.any()
         t0 = int(np.flatnonzero(flat_rej)[0])
         res = np.array(s["resample"]).reshape(-1)
         assert not res[:t0].any() and res[t0:].all()
