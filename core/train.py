@@ -166,9 +166,10 @@ def train(cfg: TrainConfig, run_dir: Path, assets: Path,
         loss.backward()
         torch.nn.utils.clip_grad_norm_(job.model.parameters(), 1.0)
         opt.step()
-        log.write(json.dumps(dict(step=step + 1, loss=float(loss), lr=_lr(cfg, step),
+        value = loss.item()
+        log.write(json.dumps(dict(step=step + 1, loss=value, lr=_lr(cfg, step),
                                   sec=round(time.perf_counter() - t0, 3))) + "\n")
-        progress(step + 1, cfg.steps, float(loss))
+        progress(step + 1, cfg.steps, value)
         if (step + 1) % cfg.ckpt_every == 0 or step + 1 == cfg.steps:
             log.flush()
             torch.save(dict(config=cfg.__dict__, model=job.model.state_dict(), opt=opt.state_dict(),
