@@ -5,7 +5,6 @@ and finally the Trace; `run` returns just the Trace. Model pairs are loaded once
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
@@ -126,8 +125,3 @@ def decode_image(trace_tokens, tokenizer) -> np.ndarray:
         img = tokenizer.decode(tokens.to(next(tokenizer.parameters()).device))[0].float()
     return data.to_uint8(img)
 
-
-def timed_decode(trace: Trace, tokenizer) -> tuple[np.ndarray, float]:
-    t0 = time.perf_counter()
-    img = decode_image(trace.tokens, tokenizer)
-    return img, (time.perf_counter() - t0) * 1000.0

@@ -18,11 +18,6 @@ class KVCache:
         # (B, S) which slots hold a key; prefix padding stays False so it is never attended
         self.valid = torch.zeros(batch, slots, dtype=torch.bool, device=device)
 
-    @property
-    def written_cells(self) -> torch.Tensor:
-        """(N,) bool: cells whose slot holds a key (row 0 of the batch; every row writes alike)."""
-        return self.valid[0, self.prefix_len:]
-
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         # slots (T,), k/v (B, h, T, d)
         self.k[layer, :, :, slots] = k
