@@ -315,19 +315,13 @@ def inspect_cell(state, evt: gr.SelectData):
 
 @lru_cache(maxsize=1)
 def _classifier():
-    """The domain's attribute classifier, or None when the assets do not ship it."""
-    try:
-        return family.load_classifier()
-    except family.AssetError:
-        return None
+    """The domain's attribute classifier (shipped in assets/, like the models it judges)."""
+    return family.load_classifier()
 
 
 def quality(img, prompt: str) -> tuple[float, str]:
-    """(score, what it is): prompt adherence read back by the domain's classifier (the project's
-    GenEval analogue), or pixel similarity to the domain's rendering of the prompt without it."""
+    """(score, what it is): prompt adherence read back by the domain's classifier (the GenEval analogue)."""
     clf = _classifier()
-    if clf is None:
-        return render.reference_similarity(img, prompt), "similarity to the prompt's reference render"
     return measured_quality([img], [parse_prompt(prompt)], clf)["adherence"], "prompt adherence (classifier)"
 
 

@@ -12,7 +12,6 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from core import engine
-from core.domain import parse_prompt, render as render_scene
 
 from . import theme
 
@@ -242,9 +241,3 @@ def cell_details(trace, v: Verdict | None, i: int, j: int) -> str:
             lines.append("- kept as proposed")
     return "\n".join(lines)
 
-
-def reference_similarity(img: np.ndarray, prompt: str) -> float:
-    """1 - mean absolute pixel difference to the prompt's scene drawn by the domain's renderer
-    (default textures): a crude, model-free quality proxy in [0, 1]."""
-    ref = render_scene(parse_prompt(prompt), size=img.shape[0]).astype(np.float32)
-    return float(1.0 - np.abs(img.astype(np.float32) - ref).mean() / 255.0)

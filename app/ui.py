@@ -47,8 +47,7 @@ EXPLAIN = {
                "clock, acceptance and quality side by side (speedups are over ar; quality as in the Sweep tab).",
     "sweep": "Trade-off curve: each point is one run. Right means fewer target passes than ar; up means a "
              "better image: the share of the prompt's attributes (objects, places, shapes, colours, sizes, "
-             "background) that the domain's classifier reads back from it, or, where the classifier is not "
-             "shipped, pixel similarity to the domain's own rendering of the prompt. mulo sweeps τ, ZipAR "
+             "background) that the domain's classifier reads back from it. mulo sweeps τ, ZipAR "
              "sweeps its window. One seed per point: read trends, not decimals.",
     "files": "Download the trace of the last run (JSON, schema mulo-trace/1) to share or attach to a bug "
              "report; upload a trace to replay all views without running any model.",
