@@ -37,7 +37,7 @@ except ImportError:
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
          "upsampler", "resample", "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "cfg",
-         "temperature", "top_k")
+         "temperature", "top_k", "model")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
                  "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init")
 _SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
@@ -46,7 +46,7 @@ _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows",
 _FLOATS = {"tau", "delta", "cfg", "temperature"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
-                **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS})
+                **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS}, model=RunConfig.model)
 
 PRESETS: dict[str, tuple[str, dict]] = {
     "Default operating point": (f"MuLo-SD at this project's tuned default (the paper publishes no numeric τ or k): "
@@ -103,7 +103,8 @@ def run_config(*knobs) -> RunConfig:
             raise gr.Error(f"{name} must be {'an integer' if name in _INTS else 'a number'}; got {v!r}") from None
     return RunConfig(method=str(values["method"]), prompt=str(values["prompt"] or ""), seed=values["seed"],
                      sampling=SamplingConfig(**{f: values[f] for f in _SAMPLING_FIELDS}),
-                     params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}))
+                     params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}),
+                     model=str(values["model"] or RunConfig.model))
 
 
 def checked(cfg: RunConfig):
@@ -112,9 +113,37 @@ def checked(cfg: RunConfig):
         pair = engine.load_pair(cfg.model)
         with user_errors():
             engine.context(cfg, pair)
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # unknown pair, bad prompt for it, weights missing or unreadable
         raise gr.Error(str(e)) from None
     return pair
+
+
+def model_facts(name: str) -> dict:
+    try:
+        return engine.pair_facts(name)
+    except ValueError as e:
+        raise gr.Error(str(e)) from None
+
+
+def pair_markdown(name: str) -> str:
+    """What the chosen pair is and how to add others."""
+    found = engine.found_pairs()
+    facts = model_facts(name)
+    lines = [f"**{name}**: {found.get(name, 'weights not found on this machine')}. Prompt: {facts['prompt']}."]
+    if name != "embedded":
+        lines.append("Quality is measured for the embedded family only (its classifier knows its scenes).")
+    lines.append(f"Found {len(found)} pair(s). Put official LlamaGen checkpoints in the folder named by "
+                 f"`MULO_LLAMAGEN_DIR` (see the README) and restart to list them here.")
+    return "\n\n".join(lines)
+
+
+def pick_model(name: str):
+    """Knob ranges of the chosen pair (codebook size, scales) and its description."""
+    facts = model_facts(name)
+    V, scales = facts["vocab_size"], list(facts["scales"]) or [2]
+    return (gr.update(maximum=V), gr.update(maximum=max(DEFAULTS["lantern_k"], V - 1)),
+            gr.update(choices=scales, value=scales[0] if DEFAULTS["scale"] not in scales else DEFAULTS["scale"]),
+            pair_markdown(name))
 
 
 _baselines: OrderedDict = OrderedDict()
@@ -319,8 +348,11 @@ def _classifier():
     return family.load_classifier()
 
 
-def quality(img, prompt: str) -> tuple[float, str]:
-    """(score, what it is): prompt adherence read back by the domain's classifier (the GenEval analogue)."""
+def quality(img, prompt: str, model: str = "embedded") -> tuple[float | None, str]:
+    """(score, what it is): prompt adherence read back by the domain's classifier (the GenEval analogue);
+    None for an outside pair, whose images the classifier cannot judge."""
+    if model != "embedded":
+        return None, "no quality measure for this pair"
     clf = _classifier()
     return measured_quality([img], [parse_prompt(prompt)], clf)["adherence"], "prompt adherence (classifier)"
 
@@ -347,11 +379,11 @@ def compare(*knobs):
         base = base or ar_baseline(run, pair)
         nfe, wall = speedup(trace, base)
         img = engine.decode_image(trace.tokens, pair.tokenizer)
-        score, measure = quality(img, run.prompt)
-        rows.append(dict(method=m, quality=score, **trace.totals))
+        score, measure = quality(img, run.prompt, run.model)
+        rows.append(dict(method=m, quality=float("nan") if score is None else score, **trace.totals))
         table.append([m, trace.totals["target_nfe"], trace.totals["drafter_nfe"], round(trace.totals["wall_ms"]),
-                      _fraction(trace.totals["accepted_fraction"]), round(nfe, 2), round(wall, 2), round(score, 3),
-                      ""])
+                      _fraction(trace.totals["accepted_fraction"]), round(nfe, 2), round(wall, 2),
+                      None if score is None else round(score, 3), ""])
         gallery.append((render.crisp(img), f"{m}: {trace.totals['target_nfe']} NFE"))
     yield (gallery, table, plots.compare_bars(rows, measure),
            f"Compared {len(rows)} methods on seed {run.seed}; quality = {measure}.")
@@ -382,7 +414,10 @@ def sweep(taus, windows, *knobs):
     points = []
     yield plots.message("running the ar baseline…"), "Running the ar baseline…"
     base = ar_baseline(run, pair)
-    ar_quality, measure = quality(engine.decode_image(base.tokens, pair.tokenizer), run.prompt)
+    ar_quality, measure = quality(engine.decode_image(base.tokens, pair.tokenizer), run.prompt, run.model)
+    if ar_quality is None:
+        raise gr.Error(f"the sweep plots speed against quality, which is measured for the embedded pair only; "
+                       f"{run.model} has no quality measure")
     points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality))
     for n, (m, label, c) in enumerate(jobs, start=1):
         yield plots.sweep_figure(points, measure), f"Running {m} {label} ({n} of {len(jobs)})…"
@@ -391,7 +426,7 @@ def sweep(taus, windows, *knobs):
         acc = trace.totals["accepted_fraction"]
         points.append(dict(method=m, label=label if acc is None else f"{label}, {_fraction(acc)} acc.",
                            speedup=speedup(trace, base)[0],
-                           quality=quality(img, run.prompt)[0]))
+                           quality=quality(img, run.prompt, run.model)[0]))
     yield plots.sweep_figure(points, measure), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
 
 
@@ -401,7 +436,7 @@ def preset(name: str) -> tuple:
         raise gr.Error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     text, overrides = PRESETS[name]
     values = {**DEFAULTS, **overrides}
-    keep = ("prompt", "seed")   # a preset changes how we decode, not what we draw
+    keep = ("prompt", "seed", "model")   # a preset changes how we decode, not what we draw nor with what
     return (*(gr.skip() if k in keep else values[k] for k in KNOBS), f"**{name}.** {text}")
 
 
@@ -413,7 +448,7 @@ def from_query(request: gr.Request) -> tuple:
     if "preset" in params:
         if params["preset"] in PRESETS:
             chosen = {**DEFAULTS, **PRESETS[params["preset"]][1]}
-            base = {k: v for k, v in chosen.items() if k not in ("prompt", "seed")}
+            base = {k: v for k, v in chosen.items() if k not in ("prompt", "seed", "model")}
         else:
             gr.Warning(f"ignored unknown preset {params['preset']!r} from the link")
     out = []
@@ -422,6 +457,10 @@ def from_query(request: gr.Request) -> tuple:
             out.append(base.get(k, gr.skip()))
             continue
         v = params[k]
+        if k == "model" and v not in engine.found_pairs():
+            gr.Warning(f"ignored model={v!r} from the link: not found on this machine")
+            out.append(base.get(k, gr.skip()))
+            continue
         try:
             out.append(int(v) if k in _INTS else float(v) if k in _FLOATS else v)
         except ValueError:

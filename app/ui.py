@@ -66,6 +66,8 @@ def _grid(label: str, elem_id: str) -> gr.Image:
 def _knob_inputs(vocab_size: int) -> dict:
     d = h.DEFAULTS
     k = {}
+    k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
+                             info="the pairs whose weights are on this machine")
     k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method")
     k["seed"] = gr.Number(d["seed"], precision=0, minimum=0, label="Seed", elem_id="seed")
     with gr.Accordion("MuLo-SD knobs", open=True):
@@ -138,6 +140,7 @@ def build_demo() -> gr.Blocks:
                 gr.Examples(EXAMPLES, inputs=[prompt], cache_examples=False, label="Example prompts")
                 _prompt_builder(prompt)
                 knobs = _knob_inputs(pair.vocab_size)
+                pair_info = gr.Markdown(h.pair_markdown("embedded"), elem_id="pair-info", elem_classes=["explain"])
                 knobs["prompt"] = prompt
                 knob_list = [knobs[k] for k in h.KNOBS]
                 with gr.Accordion("Share these settings", open=False):
@@ -215,6 +218,8 @@ def build_demo() -> gr.Blocks:
         sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
                         concurrency_id="model", concurrency_limit=1)
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
+        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["lantern_k"], knobs["scale"],
+                                                              pair_info], api_visibility="private")
         link_btn.click(h.share_link, knob_list, link, api_visibility="private")
         demo.load(h.from_query, None, knob_list, api_visibility="private")
     return demo

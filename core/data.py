@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .domain import VOCABULARY, Scene, render, sample_scene, tokenize
+from .domain import COLOURS, SHAPES, SIZES, VOCABULARY, Scene, parse_prompt, render, sample_scene, tokenize
 
 HELDOUT_SEED = 10_000_000
 GRID_SIDES = (32, 16, 8)                  # the embedded family's token grids
@@ -17,6 +17,18 @@ CAPTION_LEN = 28                           # word slots P of the caption prefix
 WORD_ID = {w: i + 1 for i, w in enumerate(VOCABULARY)}
 GRID_ID = {g: len(VOCABULARY) + 1 + i for i, g in enumerate(GRID_SIDES)}
 CAPTION_VOCAB = len(VOCABULARY) + 1 + len(GRID_SIDES)
+# layout columns after the words: per place of the 3x3 grid (raster order) the shape, colour and size
+# index of its object, or the attribute's count when the place is empty
+LAYOUT_PLACES = 9
+LAYOUT_FACTORS = (len(SHAPES), len(COLOURS), len(SIZES))
+
+
+def layout_ids(scene: Scene) -> torch.Tensor:
+    """(LAYOUT_PLACES * 3,) ids: what the caption puts at each place."""
+    out = torch.tensor(LAYOUT_FACTORS).repeat(LAYOUT_PLACES, 1)
+    for o in scene.objects:
+        out[o.row * 3 + o.col] = torch.tensor([SHAPES.index(o.shape), COLOURS.index(o.colour), SIZES.index(o.size)])
+    return out.flatten()
 
 
 def to_tensor(img: np.ndarray) -> torch.Tensor:
@@ -30,7 +42,8 @@ def to_uint8(img: torch.Tensor) -> np.ndarray:
 
 
 def caption_ids(prompt: str, grid: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded (P,) word ids ending with the grid token, and the (P,) prefix mask.
+    """Left-padded (P,) word ids ending with the grid token followed by the layout ids the parsed
+    prompt gives (see layout_ids), and the (P,) prefix mask.
 
     The embedded family attends to its padding words (a learned "empty" word), so the mask is all
     True; masked padding is a feature of the model (used by LlamaGen-style adapters), not of the domain.
@@ -40,7 +53,7 @@ def caption_ids(prompt: str, grid: int) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"the prompt has {len(ids) - 1} words; at most {CAPTION_LEN - 1} fit the caption prefix")
     out = torch.zeros(CAPTION_LEN, dtype=torch.long)
     out[CAPTION_LEN - len(ids):] = torch.tensor(ids)
-    return out, torch.ones(CAPTION_LEN, dtype=torch.bool)
+    return torch.cat([out, layout_ids(parse_prompt(prompt))]), torch.ones(CAPTION_LEN, dtype=torch.bool)
 
 
 def scenes(start: int, count: int) -> list[Scene]:

@@ -58,6 +58,27 @@ def pair_loaders() -> dict[str, Callable[[], ModelPair]]:
     return {"embedded": _load_embedded, **llamagen.pair_loaders()}
 
 
+def found_pairs() -> dict[str, str]:
+    """{pair name: one line on it} for the pairs whose weights are on this machine, embedded first.
+    Looks at files only; nothing is loaded."""
+    from .models import llamagen
+    return {"embedded": "the shipped procedural-scenes family, 32x32 tokens, drafters 16x16 and 8x8",
+            **llamagen.found_pairs()}
+
+
+def pair_facts(name: str) -> dict:
+    """Codebook size, mulo scales and prompt kind of a pair, without loading it."""
+    from . import family
+    from .models import llamagen
+    if name == "embedded":
+        vocab = family.read_manifest()["models"].get("tokenizer", {}).get("config", {}).get("codebook_size", 512)
+        return dict(vocab_size=vocab, scales=(2, 4), prompt="the domain's words (sizes, colours, shapes, places, "
+                                                            "backgrounds)")
+    if name in llamagen.PAIRS:
+        return llamagen.pair_facts(name)
+    raise ValueError(f"unknown model pair {name!r}; available: {', '.join(pair_loaders())}")
+
+
 @lru_cache(maxsize=2)
 def load_pair(name: str = "embedded") -> ModelPair:
     loaders = pair_loaders()

@@ -25,7 +25,8 @@ JOBS = ("tokenizer", "target", "drafter", "classifier")
 # the embedded family's configurations (the target serves all three grids; see core/family.py)
 TOKENIZER = VQConfig()
 TARGET = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=128, n_layer=4, n_head=4, prefix_len=data.CAPTION_LEN,
-                   caption_dim=64, caption_vocab=data.CAPTION_VOCAB, rope_ref_grid=32)
+                   caption_dim=64, caption_vocab=data.CAPTION_VOCAB, rope_ref_grid=32,
+                   layout_places=data.LAYOUT_PLACES, layout_factors=data.LAYOUT_FACTORS)
 SMALL_DRAFTER = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=96, n_layer=2, n_head=3,
                           prefix_len=data.CAPTION_LEN, caption_dim=32, caption_vocab=data.CAPTION_VOCAB,
                           rope_ref_grid=32)
@@ -138,14 +139,20 @@ def train(cfg: TrainConfig, run_dir: Path, assets: Path,
     """Train (or resume) one job in run_dir; returns the trained module. Logs to run_dir/log.jsonl.
 
     init: a state dict to start from when run_dir has no checkpoint yet (e.g. the shipped weights,
-    to continue training in a new place without the optimizer state)."""
+    to continue training in a new place without the optimizer state). Modules the init lacks (a
+    conditioning added to the configuration since) keep their fresh initialisation; anything else
+    that does not match is an error."""
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.data_seed)
     job = make_job(cfg, assets)
     opt = torch.optim.AdamW(job.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     ckpt, start = run_dir / "ckpt.pt", 0
     if init is not None and not ckpt.exists():
-        job.model.load_state_dict(init)
+        init = {k: v.float() if v.is_floating_point() else v for k, v in init.items()}
+        missing, unexpected = job.model.load_state_dict(init, strict=False)
+        if unexpected or any(not k.startswith("layout.") for k in missing):
+            raise ValueError(f"the init weights do not fit the {cfg.job} configuration: "
+                             f"missing {missing}, unexpected {unexpected}")
     if ckpt.exists():
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
         changed = {k for k in cfg.__dict__ if state["config"].get(k) != cfg.__dict__[k]}

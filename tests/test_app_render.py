@@ -280,3 +280,42 @@ def test_sweep_plots_speedup_against_quality_for_mulo_and_zipar():
     assert all(0.0 <= y <= 1.0 for t in fig.data for y in t.y)
     assert fig.layout.yaxis.title.text == "prompt adherence (classifier)"
     assert "Swept 2 settings" in status
+
+
+def _official_files(folder, pair: str, t5: bool = True):
+    from core.models import llamagen as lg
+    for key in lg.pair_files(pair):
+        (folder / lg.CHECKPOINTS[key].file).write_bytes(b"")
+    if t5:
+        (folder / "t5-ckpt" / "flan-t5-xl").mkdir(parents=True)
+
+
+def test_the_model_picker_lists_the_pairs_whose_weights_are_here(tmp_path, monkeypatch):
+    from core.models import llamagen as lg
+    monkeypatch.setenv(lg.ENV_DIR, str(tmp_path))
+    monkeypatch.delenv("MULO_T5_DIR", raising=False)
+    assert list(engine.found_pairs()) == ["embedded"]                  # nothing in the folder yet
+    _official_files(tmp_path, "llamagen-c2i-B-256", t5=False)
+    _official_files(tmp_path, "llamagen-t2i", t5=False)
+    assert list(engine.found_pairs()) == ["embedded", "llamagen-c2i-B-256"]  # t2i still lacks its T5
+    (tmp_path / "t5-ckpt" / "flan-t5-xl").mkdir(parents=True)
+    assert list(engine.found_pairs()) == ["embedded", "llamagen-t2i", "llamagen-c2i-B-256"]
+    top_k, lantern_k, scale, info = h.pick_model("llamagen-t2i")
+    assert top_k["maximum"] == 16384 and scale["choices"] == [2] and "FLAN-T5-XL" in info
+    top_k, _, scale, info = h.pick_model("embedded")
+    assert top_k["maximum"] == 512 and scale["choices"] == [2, 4] and "Found 3 pair(s)" in info
+
+
+def test_a_picked_pair_without_its_weights_is_a_gr_error_naming_the_files(tmp_path, monkeypatch):
+    from core.models import llamagen as lg
+    monkeypatch.setenv(lg.ENV_DIR, str(tmp_path))
+    engine.load_pair.cache_clear()
+    with pytest.raises(gr.Error, match="c2i_B_256.pt"):
+        list(h.generate(None, False, *knobs(model="llamagen-c2i-B-256", prompt="207", method="ar")))
+
+
+def test_a_link_naming_a_pair_that_is_not_here_is_ignored():
+    class Request:
+        query_params = {"model": "llamagen-t2i", "tau": "0.2"}
+    out = dict(zip(h.KNOBS, h.from_query(Request())))
+    assert isinstance(out["model"], type(gr.skip())) and out["tau"] == 0.2

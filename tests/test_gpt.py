@@ -10,6 +10,9 @@ def _setup(gpt, padded: bool):
     P, B, N = gpt.cfg.prefix_len, 2, GRID[0] * GRID[1]
     g = torch.Generator().manual_seed(0)
     caps = torch.randint(1, gpt.cfg.caption_vocab, (B, P), generator=g)
+    if gpt.cfg.layout_places:  # layout columns: per place an id per attribute, its count meaning "empty"
+        hi = torch.tensor(gpt.cfg.layout_factors).repeat(gpt.cfg.layout_places) + 1
+        caps = torch.cat([caps, (torch.rand(B, len(hi), generator=g) * hi).long()], dim=1)
     mask = torch.ones(B, P, dtype=torch.bool)
     if padded:  # left padding, masked out (LlamaGen's captions)
         mask[0, :5] = False

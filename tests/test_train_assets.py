@@ -77,4 +77,15 @@ def test_the_caption_prefix_fits_every_domain_caption():
     longest = "a large purple triangle bottom right, a large purple triangle top left and " \
               "a large purple triangle middle right on a checkered purple background"
     ids, _ = data.caption_ids(longest, 32)                    # raises when a caption does not fit
-    assert ids[-1] == data.GRID_ID[32] and (ids != 0).sum() == 25
+    words = ids[:data.CAPTION_LEN]
+    assert words[-1] == data.GRID_ID[32] and (words != 0).sum() == 25
+
+
+def test_the_layout_columns_put_each_object_at_its_place():
+    ids, _ = data.caption_ids("a small red circle top left and a large blue cross bottom right "
+                              "on a striped green background", 16)
+    layout = ids[data.CAPTION_LEN:].view(data.LAYOUT_PLACES, 3).tolist()
+    empty = list(data.LAYOUT_FACTORS)
+    assert layout[0] == [0, 0, 0]                             # circle, red, small
+    assert layout[8] == [4, 5, 2]                             # cross, blue, large
+    assert all(layout[p] == empty for p in range(1, 8))

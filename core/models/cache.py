@@ -17,6 +17,8 @@ class KVCache:
         self.v = torch.zeros_like(self.k)
         # (B, S) which slots hold a key; prefix padding stays False so it is never attended
         self.valid = torch.zeros(batch, slots, dtype=torch.bool, device=device)
+        # (B, n_cells, D) layout conditioning per predicted cell, set at prefill by models that have it
+        self.cond: torch.Tensor | None = None
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         # slots (T,), k/v (B, h, T, d)

@@ -37,6 +37,19 @@ class GPTConfig:
     num_classes: int = 0             # > 0: class-conditional prefix of class ids, null class = num_classes
     prefix_rope: str = "identity"    # "zero": LlamaGen's all-zero rotation on prefix positions
     rope_ref_grid: int = 0           # > 0: cells placed in one physical frame of this grid side
+    layout_places: int = 0           # > 0: layout conditioning over a side x side grid of places (9: 3x3)
+    layout_factors: tuple = ()       # attribute counts per place, e.g. (5, 8, 3): shape, colour, size
+
+    def __post_init__(self):
+        object.__setattr__(self, "layout_factors", tuple(self.layout_factors))  # JSON gives a list
+        if self.layout_places and (math.isqrt(self.layout_places) ** 2 != self.layout_places
+                                   or not self.layout_factors or self.rope_ref_grid <= 0):
+            raise ValueError("layout conditioning needs a square layout_places, layout_factors and rope_ref_grid")
+
+    @property
+    def layout_len(self) -> int:
+        """Caption columns after the P word ids that carry the layout (place-major, factor-minor)."""
+        return self.layout_places * len(self.layout_factors)
 
     @property
     def head_dim(self) -> int:
@@ -152,6 +165,36 @@ class LabelEmbedder(nn.Module):
         return self.embedding_table(labels)
 
 
+class LayoutEmbedder(nn.Module):
+    """Layout-aligned conditioning for the cell a slot predicts: the embedding of what the caption puts
+    at that cell's place (one table per attribute; row n: the place is empty, row n + 1: the null caption
+    of CFG) plus the embedding of the cell's position in the reference frame."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.side, self.ref = math.isqrt(cfg.layout_places), cfg.rope_ref_grid
+        self.factors = cfg.layout_factors
+        self.tables = nn.ModuleList(nn.Embedding(n + 2, cfg.dim) for n in cfg.layout_factors)
+        self.row = nn.Embedding(cfg.rope_ref_grid, cfg.dim)
+        self.col = nn.Embedding(cfg.rope_ref_grid, cfg.dim)
+
+    def forward(self, layout: torch.Tensor, grid: tuple[int, int], drop: torch.Tensor | None = None):
+        """layout (B, places, factors) ids -> (B, H*W, D) conditioning of every cell, raster order."""
+        if drop is not None:
+            null = torch.tensor(self.factors, device=layout.device) + 1
+            layout = torch.where(drop[:, None, None], null, layout)
+        place = sum(t(layout[..., f]) for f, t in enumerate(self.tables))             # (B, places, D)
+        H, W = grid
+        r, c = torch.arange(H, device=layout.device), torch.arange(W, device=layout.device)
+        pr = ((2 * r + 1) * self.side // (2 * H)).clamp(max=self.side - 1)             # place row of each row
+        pc = ((2 * c + 1) * self.side // (2 * W)).clamp(max=self.side - 1)
+        of_cell = (pr[:, None] * self.side + pc[None, :]).flatten()                     # (N,)
+        rr = ((2 * r + 1) * self.ref // (2 * H)).clamp(max=self.ref - 1)               # reference-frame row
+        cc = ((2 * c + 1) * self.ref // (2 * W)).clamp(max=self.ref - 1)
+        pos = (self.row(rr)[:, None] + self.col(cc)[None, :]).flatten(0, 1)            # (N, D)
+        return place[:, of_cell] + pos[None]
+
+
 class _FullContext:
     """Attention among the tokens of one call only (training, prefill)."""
 
@@ -193,6 +236,8 @@ class GPT(nn.Module):
         if cfg.caption_vocab > 0:
             self.caption_words = nn.Embedding(cfg.caption_vocab, cfg.caption_dim)
         self.cls_embedding = LabelEmbedder(cfg) if cfg.num_classes > 0 else CaptionEmbedder(cfg)
+        if cfg.layout_places > 0:
+            self.layout = LayoutEmbedder(cfg)
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layer))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
@@ -235,8 +280,28 @@ class GPT(nn.Module):
         return torch.cat([prefix, cells], dim=0)
 
     # ---- caption prefix ----------------------------------------------------------------------
+    def split_captions(self, captions: torch.Tensor):
+        """(B, P [+ layout columns]) ids or (B, P, C) features -> prefix part, (B, places, factors) layout or None.
+
+        A model without layout conditioning ignores layout columns, so one caption serves a whole pair."""
+        P = self.cfg.prefix_len
+        if captions.dim() == 3:
+            return captions, None
+        if self.cfg.layout_places == 0 or captions.shape[1] == P:
+            if self.cfg.layout_places:
+                raise ValueError(f"this model reads a caption of {P} word ids and {self.cfg.layout_len} layout ids")
+            return captions[:, :P], None
+        layout = captions[:, P:P + self.cfg.layout_len].reshape(captions.shape[0], self.cfg.layout_places, -1)
+        return captions[:, :P], layout
+
+    def cell_conditioning(self, captions, grid, drop=None) -> torch.Tensor | None:
+        """(B, H*W, D) layout conditioning of each predicted cell, or None for a model without it."""
+        _, layout = self.split_captions(captions)
+        return None if layout is None else self.layout(layout, grid, drop)
+
     def prefix_embeddings(self, captions: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
         """captions: (B, P) word or class ids, or (B, P, C) features -> (B, P, D)."""
+        captions, _ = self.split_captions(captions)
         if self.cfg.num_classes > 0:
             return self.cls_embedding(captions, drop)
         feats = self.caption_words(captions) if captions.dtype in (torch.int32, torch.int64) else captions
@@ -253,6 +318,9 @@ class GPT(nn.Module):
         B, N = tokens.shape
         P = self.cfg.prefix_len
         x = torch.cat([self.prefix_embeddings(captions, drop), self.tok_embeddings(tokens[:, :-1])], dim=1)
+        cond = self.cell_conditioning(captions, grid, drop)
+        if cond is not None:  # slot P - 1 predicts cell 0, slot P + t cell t + 1
+            x = torch.cat([x[:, :P - 1], x[:, P - 1:] + cond.to(x.dtype)], dim=1)
         L = P + N - 1
         mask = None  # plain causal attention (the fast kernel) unless some prefix slots are padding
         if not bool(prefix_mask.all()):
@@ -276,6 +344,10 @@ class GPT(nn.Module):
         drop (B,) bool: rows that read the null caption (the unconditional half of CFG)."""
         P = self.cfg.prefix_len
         x = self.prefix_embeddings(captions, drop).to(cache.k.dtype)
+        cond = self.cell_conditioning(captions, grid, drop)
+        cache.cond = None if cond is None else cond.to(cache.k.dtype)
+        if cond is not None:
+            x = torch.cat([x[:, :P - 1], x[:, P - 1:] + cache.cond[:, :1]], dim=1)
         causal = torch.ones(P, P, dtype=torch.bool, device=x.device).tril()
         mask = (causal[None] & prefix_mask[:, None, :]) | torch.eye(P, dtype=torch.bool, device=x.device)[None]
         slots = torch.arange(P, device=x.device)
@@ -307,5 +379,9 @@ class GPT(nn.Module):
             extra[torch.nonzero(~write).squeeze(1), torch.arange(n_extra, device=dev)] = True
             see = torch.cat([see, extra[None].expand(see.shape[0], -1, -1)], dim=2)
         x = self.tok_embeddings(tokens).to(cache.k.dtype)
+        if cache.cond is not None:  # the conditioning of the cell each token's output predicts
+            nxt = cells + 1
+            inside = (nxt < cache.cond.shape[1]).to(x.dtype)[None, :, None]
+            x = x + cache.cond[:, nxt.clamp(max=cache.cond.shape[1] - 1)] * inside
         rope = self.rope(grid, dev)[slots]
         return self._trunk(x, rope, _CachedContext(cache, slots, write, see[:, None]))

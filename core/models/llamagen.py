@@ -302,6 +302,38 @@ def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None,
                     models.get(spec.drafter), models.get(spec.small), spec.scales, device, dtype)
 
 
+def pair_files(name: str) -> list[str]:
+    """CHECKPOINTS keys a PAIRS entry reads."""
+    spec = PAIRS[name]
+    return [k for k in (spec.target, spec.tokenizer, spec.drafter, spec.small) if k]
+
+
+def found_pairs(weights_dir: str | Path | None = None) -> dict[str, str]:
+    """{pair name: one line on it} for the pairs whose files are all in the weights folder (the T5
+    encoder too for t2i); looks at file names only, loads nothing, never the hub."""
+    folder, out = weights_folder(weights_dir), {}
+    for name, spec in PAIRS.items():
+        if any(_local(folder, k) is None for k in pair_files(name)):
+            continue
+        ck = CHECKPOINTS[spec.target]
+        if ck.kind == "t2i":
+            t5 = Path(os.environ.get("MULO_T5_DIR") or folder / "t5-ckpt" / "flan-t5-xl")
+            if not t5.exists():
+                continue
+        out[name] = (f"LlamaGen {ck.kind} GPT-{ck.size}, {ck.grid}x{ck.grid} tokens"
+                     + (f", drafter {CHECKPOINTS[spec.drafter].grid}x{CHECKPOINTS[spec.drafter].grid}"
+                        if spec.drafter else "") + f"; weights in {folder}")
+    return out
+
+
+def pair_facts(name: str) -> dict:
+    """What a UI needs before loading a pair: codebook size, mulo scales, the kind of prompt."""
+    spec = PAIRS[name]
+    kind = CHECKPOINTS[spec.target].kind
+    return dict(vocab_size=VQ16.codebook_size, scales=spec.scales,
+                prompt="free text (read by FLAN-T5-XL)" if kind == "t2i" else f"an ImageNet class id, 0 to {NUM_CLASSES - 1}")
+
+
 def pair_loaders() -> dict[str, Callable]:
     """{pair name: loader} for engine.load_pair: weights from MULO_LLAMAGEN_DIR, device from MULO_DEVICE
     (default cpu), never the hub."""
