@@ -50,8 +50,11 @@ class Decoder:
         """One forward; returns (T, V) processed distributions, row j predicting cell cells[j] + 1."""
         B = self.captions.shape[0]
         tok = torch.tensor(tokens, device=self.device)[None].expand(B, -1)
-        w = torch.tensor(write, device=self.device)
-        logits = self.gpt.forward_cells(self.cache, tok, torch.tensor(cells, device=self.device), self.grid, w)
+        cell_t = torch.tensor(cells, device=self.device)
+        if len(cells) == 1 and write[0]:  # the single-token step (compiled when the model was told to)
+            logits = self.gpt.step_one(self.cache, tok, cell_t, self.grid)
+        else:
+            logits = self.gpt.forward_cells(self.cache, tok, cell_t, self.grid, torch.tensor(write, device=self.device))
         self.nfe += 1
         for c, t, wr in zip(cells, tokens, write):
             if wr:

@@ -5,6 +5,7 @@ and finally the Trace; `run` returns just the Trace. Model pairs are loaded once
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
@@ -84,7 +85,12 @@ def load_pair(name: str = "embedded") -> ModelPair:
     loaders = pair_loaders()
     if name not in loaders:
         raise ValueError(f"unknown model pair {name!r}; available: {', '.join(loaders)}")
-    return loaders[name]()
+    pair = loaders[name]()
+    mode = os.environ.get("MULO_COMPILE", "")
+    if mode:  # "default" or "reduce-overhead" (CUDA graphs): compile the single-token step
+        for gpt in {id(m): m for m in (pair.target, pair.multiscale, pair.small) if m is not None}.values():
+            gpt.compile_step(mode=mode)
+    return pair
 
 
 def context(run: RunConfig, pair: ModelPair) -> MethodContext:

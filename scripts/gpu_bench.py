@@ -7,7 +7,10 @@ positional cache (masks, CFG, processed distribution) against a bare causal forw
 tokens, and one single-cell decode step. Random weights make acceptance meaningless: read the
 timings and NFE, not the acceptance.
 
-    python scripts/gpu_bench.py [--specs ar zipar:window=16 mulo mulo:tau=0 sjd] [--seeds 1] [--dtype bf16]
+Then, with --compile, the single-token step through torch.compile (inductor) and with CUDA graphs
+("reduce-overhead"), and the ar and mulo wall-clock with each.
+
+    python scripts/gpu_bench.py [--specs ar zipar:window=16 mulo mulo:tau=0 sjd] [--seeds 1] [--dtype bf16] [--compile]
 """
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ def main() -> None:
     ap.add_argument("--specs", nargs="+", default=["ar", "zipar:window=16", "mulo", "mulo:tau=0", "sjd"])
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    ap.add_argument("--compile", action="store_true", help="also time the compiled single-token step")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_bench.py needs a CUDA device (torch.cuda.is_available() is False); nothing was run.")
@@ -129,6 +133,35 @@ def main() -> None:
                                         device=dev), tokens, pair.grid))
     print(f"\nverify {N} cells via the engine: {verify:.1f} ms   bare causal forward (prefix + same tokens): "
           f"{bare:.1f} ms   ratio {verify / bare:.2f}\nsingle-cell decode step via the engine: {one:.2f} ms")
+
+    # 3. the single-token step compiled (inductor), then with CUDA graphs
+    if not args.compile:
+        return
+    walls = {"eager": (ar_wall, statistics.mean(w for _, w in rows.get("mulo", ref)))}
+    for mode in ("default", "reduce-overhead"):
+        try:
+            for m in {id(x): x for x in (target, drafter)}.values():
+                m.compile_step(mode=mode)
+            with torch.inference_mode():
+                for _ in range(3):  # compile and warm up (CUDA graphs record on a later call)
+                    dec.feed([N - 2], [int(known[N - 2])], [True])
+                step = cuda_time(lambda: dec.feed([N - 2], [int(known[N - 2])], [True]), repeat=20)
+            times = []
+            for label in ("ar", "mulo"):
+                cfg = dict(configs).get(label, parse_spec(label, base)[1])
+                engine.run(cfg, pair)  # warm-up at this configuration
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                engine.run(cfg, pair)
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) * 1000.0)
+            walls[mode] = tuple(times)
+            print(f"compiled step ({mode}): {step:.2f} ms vs eager {one:.2f} ms ({one / step:.2f}x); "
+                  f"ar {times[0] / 1000:.2f} s, mulo {times[1] / 1000:.2f} s")
+        except Exception as e:  # report and go on: which mode fails is the finding
+            print(f"compiled step ({mode}) FAILED: {type(e).__name__}: {str(e)[:200]}")
+    for mode, (a, m) in walls.items():
+        print(f"{mode:<16} ar {a / 1000:.2f} s  mulo {m / 1000:.2f} s  mulo wall speedup over this ar {a / m:.2f}x")
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ class _Counter:
 
     def __init__(self, gpt, monkeypatch):
         self.n = 0
-        for name in ("prefill", "forward_cells"):
+        for name in ("prefill", "forward_cells", "step_one"):
             original = getattr(gpt, name)
 
             def counted(*a, _f=original, **kw):

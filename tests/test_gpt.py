@@ -90,3 +90,22 @@ def test_the_llamagen_layout_zeroes_prefix_queries_and_keys():
     assert rope[:gpt.cfg.prefix_len].abs().sum() == 0
     assert set(k.split(".")[0] for k in gpt.state_dict()) >= {"tok_embeddings", "cls_embedding", "layers", "norm", "output"}
     assert "layers.0.attention.wqkv.weight" in gpt.state_dict() and "layers.0.feed_forward.w3.weight" in gpt.state_dict()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_single_token_step_equals_forward_cells_and_compiles_as_one_graph(compiled):
+    gpt = tiny_gpt()
+    caps, mask, tokens = _setup(gpt, False)
+    if compiled:  # fullgraph: any graph break (a host sync, a data-dependent branch) fails here
+        torch._dynamo.reset()
+        gpt.compile_step(backend="eager")
+    with torch.no_grad():
+        caches = [gpt.new_cache(2, GRID, "cpu") for _ in range(2)]
+        for c in caches:
+            gpt.prefill(c, caps, mask, GRID)
+        for t in range(6):
+            cell = torch.tensor([t])
+            ref = gpt.forward_cells(caches[0], tokens[:, t:t + 1], cell, GRID)
+            out = gpt.step_one(caches[1], tokens[:, t:t + 1], cell, GRID)
+            assert torch.allclose(out, ref, atol=1e-5)
+    assert torch.equal(caches[0].valid, caches[1].valid) and torch.allclose(caches[0].k, caches[1].k, atol=1e-6)

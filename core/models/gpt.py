@@ -229,6 +229,17 @@ class _CachedContext:
         return k_all, v_all, self.mask
 
 
+class _StepContext:
+    """The single-token step: its one token is written, then it attends to the cache (no host sync)."""
+
+    def __init__(self, cache: KVCache, slots: torch.Tensor, mask: torch.Tensor):
+        self.cache, self.slots, self.mask = cache, slots, mask
+
+    def keys(self, layer, k, v):
+        self.cache.write(layer, self.slots, k, v)
+        return self.cache.k[layer], self.cache.v[layer], self.mask
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -243,6 +254,7 @@ class GPT(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self._rope: dict = {}
+        self._step = None  # compiled decode_one, set by compile_step
         self.apply(self._init)
 
     @staticmethod
@@ -385,3 +397,31 @@ class GPT(nn.Module):
             x = x + cache.cond[:, nxt.clamp(max=cache.cond.shape[1] - 1)] * inside
         rope = self.rope(grid, dev)[slots]
         return self._trunk(x, rope, _CachedContext(cache, slots, write, see[:, None]))
+
+    # ---- the single-token step, compilable ---------------------------------------------------------
+    def decode_one(self, cache: KVCache, tokens: torch.Tensor, cell: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        """forward_cells for one written token with static shapes and no host synchronisation, so that
+        torch.compile can capture it whole (and CUDA graphs replay it). tokens (B, 1), cell (1,),
+        rope = self.rope(grid, device) -> (B, 1, V)."""
+        slots = cell + self.cfg.prefix_len
+        cache.valid[:, slots] = True
+        s_idx = torch.arange(cache.valid.shape[1], device=tokens.device)
+        see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, 1, S)
+        x = self.tok_embeddings(tokens).to(cache.k.dtype)
+        if cache.cond is not None:
+            nxt = cell + 1
+            inside = (nxt < cache.cond.shape[1]).to(x.dtype)[None, :, None]
+            x = x + cache.cond[:, nxt.clamp(max=cache.cond.shape[1] - 1)] * inside
+        return self._trunk(x, rope[slots], _StepContext(cache, slots, see[:, None]))
+
+    def compile_step(self, backend: str = "inductor", mode: str | None = None) -> None:
+        """Route single-token steps (step_one) through torch.compile(decode_one), captured whole;
+        mode "reduce-overhead" adds CUDA graphs on a GPU."""
+        kw = {} if mode is None else {"mode": mode}
+        self._step = torch.compile(self.decode_one, backend=backend, fullgraph=True, dynamic=False, **kw)
+
+    @torch.no_grad()
+    def step_one(self, cache: KVCache, tokens: torch.Tensor, cell: torch.Tensor, grid) -> torch.Tensor:
+        """One written token at one cell: the compiled step when compile_step was called, else eager."""
+        fn = self._step or self.decode_one
+        return fn(cache, tokens, cell, self.rope(grid, tokens.device))
