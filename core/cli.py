@@ -37,6 +37,8 @@ def _train(args) -> int:
     if args.init_from_assets:
         from safetensors.torch import load_file
         init = load_file(str(Path(args.assets) / family.FILES[args.job]))
+    elif args.init_from:
+        init = train.read_weights(Path(args.init_from))
     model = train.train(cfg, run_dir, Path(args.assets), ProgressBar(f"train {args.job}"), init)
     if args.export:
         config = model.cfg.to_dict()
@@ -62,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--export", action="store_true", help="write the trained weights into assets/")
     t.add_argument("--init-from-assets", action="store_true",
                    help="start a new run from the shipped weights (continue training elsewhere)")
+    t.add_argument("--init-from", default="", metavar="FILE",
+                   help="start a new run from these weights: a run's ckpt.pt or a .safetensors file")
     t.add_argument("--grids", default="", help="AR jobs: token grids cycled through (default: target 32,16,8; "
                    "drafter 32)")
     t.add_argument("--threads", type=int, default=0)
@@ -216,6 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     from .family import AssetError
     try:
         return args.func(args)
-    except (ParameterError, PromptError, AssetError) as e:  # bad input: one clear line, no traceback
+    except (ParameterError, PromptError, AssetError, FileNotFoundError) as e:  # bad input: one clear line
         sys.stderr.write(f"error: {e}\n")
         return 2

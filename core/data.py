@@ -21,6 +21,7 @@ CAPTION_VOCAB = len(VOCABULARY) + 1 + len(GRID_SIDES)
 # index of its object, or the attribute's count when the place is empty
 LAYOUT_PLACES = 9
 LAYOUT_FACTORS = (len(SHAPES), len(COLOURS), len(SIZES))
+LAYOUT_TEMPLATE = (0, 2)                   # shape and size pick a learned per-offset template
 
 
 def layout_ids(scene: Scene) -> torch.Tensor:

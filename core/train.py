@@ -26,7 +26,8 @@ JOBS = ("tokenizer", "target", "drafter", "classifier")
 TOKENIZER = VQConfig()
 TARGET = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=128, n_layer=4, n_head=4, prefix_len=data.CAPTION_LEN,
                    caption_dim=64, caption_vocab=data.CAPTION_VOCAB, rope_ref_grid=32,
-                   layout_places=data.LAYOUT_PLACES, layout_factors=data.LAYOUT_FACTORS)
+                   layout_places=data.LAYOUT_PLACES, layout_factors=data.LAYOUT_FACTORS,
+                   layout_template=data.LAYOUT_TEMPLATE)
 SMALL_DRAFTER = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=96, n_layer=2, n_head=3,
                           prefix_len=data.CAPTION_LEN, caption_dim=32, caption_vocab=data.CAPTION_VOCAB,
                           rope_ref_grid=32)
@@ -131,6 +132,16 @@ def make_job(cfg: TrainConfig, assets: Path):
     if cfg.job == "classifier":
         return ClassifierJob(cfg, assets)
     raise ValueError(f"unknown job {cfg.job!r}; choose one of {', '.join(JOBS)}")
+
+
+def read_weights(path: Path) -> dict:
+    """A state dict from a run checkpoint (ckpt.pt) or a safetensors file."""
+    if not path.exists():
+        raise FileNotFoundError(f"no weights at {path}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+        return load_file(str(path))
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
 
 
 def train(cfg: TrainConfig, run_dir: Path, assets: Path,

@@ -39,9 +39,11 @@ class GPTConfig:
     rope_ref_grid: int = 0           # > 0: cells placed in one physical frame of this grid side
     layout_places: int = 0           # > 0: layout conditioning over a side x side grid of places (9: 3x3)
     layout_factors: tuple = ()       # attribute counts per place, e.g. (5, 8, 3): shape, colour, size
+    layout_template: tuple = ()      # factors (e.g. shape, size) that jointly pick a learned template
 
     def __post_init__(self):
         object.__setattr__(self, "layout_factors", tuple(self.layout_factors))  # JSON gives a list
+        object.__setattr__(self, "layout_template", tuple(self.layout_template))
         if self.layout_places and (math.isqrt(self.layout_places) ** 2 != self.layout_places
                                    or not self.layout_factors or self.rope_ref_grid <= 0):
             raise ValueError("layout conditioning needs a square layout_places, layout_factors and rope_ref_grid")
@@ -168,7 +170,9 @@ class LabelEmbedder(nn.Module):
 class LayoutEmbedder(nn.Module):
     """Layout-aligned conditioning for the cell a slot predicts: the embedding of what the caption puts
     at that cell's place (one table per attribute; row n: the place is empty, row n + 1: the null caption
-    of CFG) plus the embedding of the cell's position in the reference frame."""
+    of CFG) plus the embedding of the cell's position in the reference frame; with layout_template, also
+    a learned template: one vector per joint value of the template factors (shape and size) and per
+    offset of the cell from its place's centre, in reference-frame cells."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -177,6 +181,11 @@ class LayoutEmbedder(nn.Module):
         self.tables = nn.ModuleList(nn.Embedding(n + 2, cfg.dim) for n in cfg.layout_factors)
         self.row = nn.Embedding(cfg.rope_ref_grid, cfg.dim)
         self.col = nn.Embedding(cfg.rope_ref_grid, cfg.dim)
+        self.template_factors = cfg.layout_template
+        self.reach = math.ceil(self.ref / self.side / 2) + 1  # offsets -reach..reach from a place's centre
+        if cfg.layout_template:
+            rows = math.prod(cfg.layout_factors[f] + 2 for f in cfg.layout_template) * (2 * self.reach + 1) ** 2
+            self.template = nn.Embedding(rows, cfg.dim)
 
     def forward(self, layout: torch.Tensor, grid: tuple[int, int], drop: torch.Tensor | None = None):
         """layout (B, places, factors) ids -> (B, H*W, D) conditioning of every cell, raster order."""
@@ -192,7 +201,18 @@ class LayoutEmbedder(nn.Module):
         rr = ((2 * r + 1) * self.ref // (2 * H)).clamp(max=self.ref - 1)               # reference-frame row
         cc = ((2 * c + 1) * self.ref // (2 * W)).clamp(max=self.ref - 1)
         pos = (self.row(rr)[:, None] + self.col(cc)[None, :]).flatten(0, 1)            # (N, D)
-        return place[:, of_cell] + pos[None]
+        out = place[:, of_cell] + pos[None]
+        if self.template_factors:
+            span = 2 * self.reach + 1
+            centre = lambda p: (p.float() + 0.5) * self.ref / self.side - 0.5           # noqa: E731
+            oy = (rr - centre(pr)).round().long().clamp(-self.reach, self.reach) + self.reach
+            ox = (cc - centre(pc)).round().long().clamp(-self.reach, self.reach) + self.reach
+            offset = (oy[:, None] * span + ox[None, :]).flatten()                       # (N,)
+            joint = torch.zeros_like(layout[..., 0])                                     # (B, places)
+            for f in self.template_factors:
+                joint = joint * (self.factors[f] + 2) + layout[..., f]
+            out = out + self.template(joint[:, of_cell] * span * span + offset[None])
+        return out
 
 
 class _FullContext:
