@@ -30,7 +30,8 @@ TARGET = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=128, n_layer=4, n_hea
                    layout_template=data.LAYOUT_TEMPLATE)
 SMALL_DRAFTER = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=96, n_layer=2, n_head=3,
                           prefix_len=data.CAPTION_LEN, caption_dim=32, caption_vocab=data.CAPTION_VOCAB,
-                          rope_ref_grid=32)
+                          rope_ref_grid=32, layout_places=data.LAYOUT_PLACES, layout_factors=data.LAYOUT_FACTORS,
+                          layout_template=data.LAYOUT_TEMPLATE)
 CLASSIFIER = ClassifierConfig()
 
 

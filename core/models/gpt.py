@@ -1,8 +1,10 @@
 """LLaMA-style image-token decoder with a caption prefix (the LlamaGen GPT layout is one configuration).
 
 Owns the transformer (RMSNorm, SwiGLU, fused qkv, 2D RoPE over (row, col)), the caption prefix
-(projected caption features, a learned null caption for classifier-free guidance) and the engine's
-primitive: a forward over an arbitrary set of grid cells through the positional KV cache.
+(projected caption features, a learned null caption for classifier-free guidance), the optional
+layout-aligned conditioning (the embedded family: what the parsed caption puts at each cell's place,
+added to the slot that predicts that cell) and the engine's primitive: a forward over an arbitrary
+set of grid cells through the positional KV cache.
 
 Convention: the token of cell t is written at slot P + t; its output predicts cell t + 1. The last
 prefix slot predicts cell 0. Module names follow LlamaGen's GPT so its state dicts load unchanged.
