@@ -71,7 +71,7 @@ def test_speculative_traces_record_judged_cells_and_probabilities(pair8):
 
 # ---- statistical: sd samples from p ---------------------------------------------------------
 
-N_RUNS = 400
+N_RUNS = 1000
 GRID = (1, 3)   # the first three cells of a row, from the shipped target and drafter
 
 
