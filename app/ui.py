@@ -68,6 +68,7 @@ def _knob_inputs(vocab_size: int) -> dict:
     k = {}
     k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
                              info="the pairs whose weights are on this machine")
+    k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method")
     k["seed"] = gr.Number(d["seed"], precision=0, minimum=0, label="Seed", elem_id="seed")
     with gr.Accordion("MuLo-SD knobs", open=True):
@@ -140,7 +141,7 @@ def build_demo() -> gr.Blocks:
                 gr.Examples(EXAMPLES, inputs=[prompt], cache_examples=False, label="Example prompts")
                 _prompt_builder(prompt)
                 knobs = _knob_inputs(pair.vocab_size)
-                pair_info = gr.Markdown(h.pair_markdown("embedded"), elem_id="pair-info", elem_classes=["explain"])
+                pair_info = knobs.pop("pair_info")
                 knobs["prompt"] = prompt
                 knob_list = [knobs[k] for k in h.KNOBS]
                 with gr.Accordion("Share these settings", open=False):
