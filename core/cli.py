@@ -62,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="checkpoint and log folder (default runs/<job>)")
     t.add_argument("--assets", default=str(Path(__file__).resolve().parent.parent / "assets"))
     t.add_argument("--export", action="store_true", help="write the trained weights into assets/")
-    t.add_argument("--init-from-assets", action="store_true",
-                   help="start a new run from the shipped weights (continue training elsewhere)")
-    t.add_argument("--init-from", default="", metavar="FILE",
-                   help="start a new run from these weights: a run's ckpt.pt or a .safetensors file")
+    init = t.add_mutually_exclusive_group()
+    init.add_argument("--init-from-assets", action="store_true",
+                      help="start a new run from the shipped weights (continue training elsewhere)")
+    init.add_argument("--init-from", default="", metavar="FILE",
+                      help="start a new run from these weights: a run's ckpt.pt or a .safetensors file")
     t.add_argument("--grids", default="", help="AR jobs: token grids cycled through (default: target 32,16,8; "
                    "drafter 32)")
     t.add_argument("--threads", type=int, default=0)

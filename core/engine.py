@@ -72,7 +72,7 @@ def pair_facts(name: str) -> dict:
     from . import family
     from .models import llamagen
     if name == "embedded":
-        vocab = family.read_manifest()["models"].get("tokenizer", {}).get("config", {}).get("codebook_size", 512)
+        vocab = family.read_manifest()["models"]["tokenizer"]["config"]["codebook_size"]
         return dict(vocab_size=vocab, scales=(2, 4), prompt="the domain's words (sizes, colours, shapes, places, "
                                                             "backgrounds)")
     if name in llamagen.PAIRS:

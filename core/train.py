@@ -160,7 +160,6 @@ def train(cfg: TrainConfig, run_dir: Path, assets: Path,
     opt = torch.optim.AdamW(job.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     ckpt, start = run_dir / "ckpt.pt", 0
     if init is not None and not ckpt.exists():
-        init = {k: v.float() if v.is_floating_point() else v for k, v in init.items()}
         missing, unexpected = job.model.load_state_dict(init, strict=False)
         if unexpected or any(not k.startswith("layout.") for k in missing):
             raise ValueError(f"the init weights do not fit the {cfg.job} configuration: "

@@ -232,13 +232,15 @@ class _FullContext:
 class _CachedContext:
     """Attention to the cache plus the call's own tokens; written tokens go to their slots first.
 
-    Which tokens are written is resolved once per forward (one host sync), not once per layer."""
+    Which tokens are written is resolved once per forward (one host sync), not once per layer;
+    write=None means all of them, with no host sync at all (the compilable single-token step)."""
 
-    def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor, mask: torch.Tensor):
+    def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor | None, mask: torch.Tensor):
         self.cache, self.slots, self.mask = cache, slots, mask
-        self.all_written = bool(write.all())
-        self.written = torch.nonzero(write).squeeze(1)    # (T_w,) positions in the call
-        self.extra = torch.nonzero(~write).squeeze(1)     # (T_x,) stand-ins, never cached
+        self.all_written = write is None or bool(write.all())
+        if not self.all_written:
+            self.written = torch.nonzero(write).squeeze(1)    # (T_w,) positions in the call
+            self.extra = torch.nonzero(~write).squeeze(1)     # (T_x,) stand-ins, never cached
 
     def keys(self, layer, k, v):
         if self.all_written:
@@ -249,17 +251,6 @@ class _CachedContext:
         k_all = torch.cat([self.cache.k[layer], k[:, :, self.extra]], dim=2)
         v_all = torch.cat([self.cache.v[layer], v[:, :, self.extra]], dim=2)
         return k_all, v_all, self.mask
-
-
-class _StepContext:
-    """The single-token step: its one token is written, then it attends to the cache (no host sync)."""
-
-    def __init__(self, cache: KVCache, slots: torch.Tensor, mask: torch.Tensor):
-        self.cache, self.slots, self.mask = cache, slots, mask
-
-    def keys(self, layer, k, v):
-        self.cache.write(layer, self.slots, k, v)
-        return self.cache.k[layer], self.cache.v[layer], self.mask
 
 
 class GPT(nn.Module):
@@ -413,12 +404,19 @@ class GPT(nn.Module):
             extra[torch.nonzero(~write).squeeze(1), torch.arange(n_extra, device=dev)] = True
             see = torch.cat([see, extra[None].expand(see.shape[0], -1, -1)], dim=2)
         x = self.tok_embeddings(tokens).to(cache.k.dtype)
-        if cache.cond is not None:  # the conditioning of the cell each token's output predicts
-            nxt = cells + 1
-            inside = (nxt < cache.cond.shape[1]).to(x.dtype)[None, :, None]
-            x = x + cache.cond[:, nxt.clamp(max=cache.cond.shape[1] - 1)] * inside
+        x = self._add_cell_conditioning(x, cache, cells)
         rope = self.rope(grid, dev)[slots]
         return self._trunk(x, rope, _CachedContext(cache, slots, write, see[:, None]))
+
+    @staticmethod
+    def _add_cell_conditioning(x: torch.Tensor, cache: KVCache, cells: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D) of tokens at cells (T,) plus the layout conditioning of the cell each predicts
+        (none past the last cell); x unchanged for a model without it."""
+        if cache.cond is None:
+            return x
+        nxt = cells + 1
+        inside = (nxt < cache.cond.shape[1]).to(x.dtype)[None, :, None]
+        return x + cache.cond[:, nxt.clamp(max=cache.cond.shape[1] - 1)] * inside
 
     # ---- the single-token step, compilable ---------------------------------------------------------
     def decode_one(self, cache: KVCache, tokens: torch.Tensor, cell: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
@@ -429,12 +427,8 @@ class GPT(nn.Module):
         cache.valid[:, slots] = True
         s_idx = torch.arange(cache.valid.shape[1], device=tokens.device)
         see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, 1, S)
-        x = self.tok_embeddings(tokens).to(cache.k.dtype)
-        if cache.cond is not None:
-            nxt = cell + 1
-            inside = (nxt < cache.cond.shape[1]).to(x.dtype)[None, :, None]
-            x = x + cache.cond[:, nxt.clamp(max=cache.cond.shape[1] - 1)] * inside
-        return self._trunk(x, rope[slots], _StepContext(cache, slots, see[:, None]))
+        x = self._add_cell_conditioning(self.tok_embeddings(tokens).to(cache.k.dtype), cache, cell)
+        return self._trunk(x, rope[slots], _CachedContext(cache, slots, None, see[:, None]))
 
     def compile_step(self, backend: str = "inductor", mode: str | None = None) -> None:
         """Route single-token steps (step_one) through torch.compile(decode_one), captured whole;

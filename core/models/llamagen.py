@@ -257,9 +257,14 @@ def class_caption(prompt, grid=None) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor([int(s)]), torch.ones(1, dtype=torch.bool)
 
 
+def t5_folder(weights_dir=None) -> Path:
+    """Where FLAN-T5-XL is read from: MULO_T5_DIR, else <weights>/t5-ckpt/flan-t5-xl."""
+    return Path(os.environ.get("MULO_T5_DIR") or weights_folder(weights_dir) / "t5-ckpt" / "flan-t5-xl")
+
+
 def _default_captions(weights_dir) -> Callable:
     """T5 features from a FLAN-T5-XL folder (MULO_T5_DIR, else <weights>/t5-ckpt/flan-t5-xl)."""
-    path = Path(os.environ.get("MULO_T5_DIR") or weights_folder(weights_dir) / "t5-ckpt" / "flan-t5-xl")
+    path = t5_folder(weights_dir)
     if not path.exists():
         raise MissingWeights(f"FLAN-T5-XL not found at {path}: put the google/flan-t5-xl files there, set "
                              f"MULO_T5_DIR, or pass captions=FeatureCaptions(path) with precomputed features")
@@ -316,10 +321,8 @@ def found_pairs(weights_dir: str | Path | None = None) -> dict[str, str]:
         if any(_local(folder, k) is None for k in pair_files(name)):
             continue
         ck = CHECKPOINTS[spec.target]
-        if ck.kind == "t2i":
-            t5 = Path(os.environ.get("MULO_T5_DIR") or folder / "t5-ckpt" / "flan-t5-xl")
-            if not t5.exists():
-                continue
+        if ck.kind == "t2i" and not t5_folder(folder).exists():
+            continue
         out[name] = (f"LlamaGen {ck.kind} GPT-{ck.size}, {ck.grid}x{ck.grid} tokens"
                      + (f", drafter {CHECKPOINTS[spec.drafter].grid}x{CHECKPOINTS[spec.drafter].grid}"
                         if spec.drafter else "") + f"; weights in {folder}")
