@@ -182,7 +182,8 @@ def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
     rows = ["| | " + " | ".join(c for c, _ in cols) + " |", "|---|" + "---|" * len(cols)]
     for label, key, fmt in (("target NFE", "target_nfe", str), ("drafter NFE", "drafter_nfe", str),
                             ("wall clock (ms)", "wall_ms", lambda x: f"{x:.0f}"),
-                            ("accepted", "accepted_fraction", _fraction)):
+                            ("passed τ", "passed_fraction", _fraction),
+                            ("kept without resampling", "kept_fraction", _fraction)):
         rows.append(f"| {label} | " + " | ".join(fmt(t.totals[key]) for _, t in cols) + " |")
     return head + "\n\n" + "\n".join(rows)
 
@@ -382,7 +383,7 @@ def compare(*knobs):
         score, measure = quality(img, run.prompt, run.model)
         rows.append(dict(method=m, quality=float("nan") if score is None else score, **trace.totals))
         table.append([m, trace.totals["target_nfe"], trace.totals["drafter_nfe"], round(trace.totals["wall_ms"]),
-                      _fraction(trace.totals["accepted_fraction"]), round(nfe, 2), round(wall, 2),
+                      _fraction(trace.totals["kept_fraction"]), round(nfe, 2), round(wall, 2),
                       None if score is None else round(score, 3), ""])
         gallery.append((render.crisp(img), f"{m}: {trace.totals['target_nfe']} NFE"))
     yield (gallery, table, plots.compare_bars(rows, measure),
@@ -423,8 +424,8 @@ def sweep(taus, windows, *knobs):
         yield plots.sweep_figure(points, measure), f"Running {m} {label} ({n} of {len(jobs)})…"
         trace = engine.run(c, pair)
         img = engine.decode_image(trace.tokens, pair.tokenizer)
-        acc = trace.totals["accepted_fraction"]
-        points.append(dict(method=m, label=label if acc is None else f"{label}, {_fraction(acc)} acc.",
+        acc = trace.totals["kept_fraction"]
+        points.append(dict(method=m, label=label if acc is None else f"{label}, {_fraction(acc)} kept",
                            speedup=speedup(trace, base)[0],
                            quality=quality(img, run.prompt, run.model)[0]))
     yield plots.sweep_figure(points, measure), f"Swept {len(jobs)} settings against ar on seed {run.seed}."

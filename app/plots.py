@@ -91,10 +91,10 @@ def timeline(trace, baseline=None) -> go.Figure:
 
 def compare_bars(rows: list[dict], measure: str) -> go.Figure:
     """Target NFE, wall time, acceptance and quality (named by `measure`) per method, side by side."""
-    fig = make_subplots(rows=1, cols=4, subplot_titles=("target NFE", "wall clock (ms)", "accepted fraction",
+    fig = make_subplots(rows=1, cols=4, subplot_titles=("target NFE", "wall clock (ms)", "kept fraction",
                                                         measure))
     methods = [r["method"] for r in rows]
-    for col, key in enumerate(("target_nfe", "wall_ms", "accepted_fraction", "quality"), start=1):
+    for col, key in enumerate(("target_nfe", "wall_ms", "kept_fraction", "quality"), start=1):
         vals = [r[key] if r[key] is not None else 0 for r in rows]
         fig.add_trace(go.Bar(x=methods, y=vals, marker_color=theme.PHASES["verify"], showlegend=False,
                              hovertemplate="%{x}: %{y}<extra></extra>"), row=1, col=col)

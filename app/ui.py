@@ -49,7 +49,7 @@ EXPLAIN = {
              "better image: the share of the prompt's attributes (objects, places, shapes, colours, sizes, "
              "background) that the domain's classifier reads back from it. mulo sweeps τ, ZipAR "
              "sweeps its window. One seed per point: read trends, not decimals.",
-    "files": "Download the trace of the last run (JSON, schema mulo-trace/1) to share or attach to a bug "
+    "files": "Download the trace of the last run (JSON, schema mulo-trace/2) to share or attach to a bug "
              "report; upload a trace to replay all views without running any model.",
 }
 
@@ -181,7 +181,7 @@ def build_demo() -> gr.Blocks:
                         cmp_gallery = gr.Gallery(label="Final images", columns=6, height=240, format="png",
                                                  interactive=False, elem_classes=["token-grid"])
                         cmp_table = gr.Dataframe(headers=["method", "target NFE", "drafter NFE", "wall ms",
-                                                          "accepted", "NFE speedup", "wall speedup", "quality",
+                                                          "kept", "NFE speedup", "wall speedup", "quality",
                                                           "note"],
                                                  interactive=False, label="Figures")
                         cmp_plot = gr.Plot(label="Side by side")

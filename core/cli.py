@@ -137,7 +137,7 @@ def _generate(args) -> int:
         Path(args.trace).write_text(trace.to_json())
     t = trace.totals
     print(f"{cfg.method}: target NFE {t['target_nfe']}, drafter NFE {t['drafter_nfe']}, "
-          f"wall {t['wall_ms'] / 1000:.2f} s, accepted {t['accepted_fraction']} -> {out}")
+          f"wall {t['wall_ms'] / 1000:.2f} s, passed {t['passed_fraction']}, kept {t['kept_fraction']} -> {out}")
     return 0
 
 

@@ -6,6 +6,7 @@ and finally the Trace; `run` returns just the Trace. Model pairs are loaded once
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
@@ -115,10 +116,12 @@ def _grid_list(a) -> list | None:
 def stream(run: RunConfig, pair: ModelPair | None = None) -> Iterator[Step | Trace]:
     """Yield every Step of the run as it happens, then the Trace."""
     pair = pair or load_pair(run.model)
+    t0 = time.perf_counter()
     ctx = context(run, pair)
     method = registry()[run.method]
     steps: list[dict] = []
     gen = method(ctx)
+    work = 0.0  # seconds spent inside the run (the consumer's time between steps is not the run's)
     while True:
         # inference mode is per thread and a consumer (Gradio) may resume this generator on another
         # thread: enter it around each step, never across a yield
@@ -128,14 +131,17 @@ def stream(run: RunConfig, pair: ModelPair | None = None) -> Iterator[Step | Tra
             except StopIteration as stop:
                 result = stop.value
                 break
+            finally:
+                work += time.perf_counter() - t0
         steps.append(step.to_dict())
         yield step
+        t0 = time.perf_counter()
     draft_grid = None if result.draft is None else list(result.draft.shape)
     params = dict(run.params.__dict__, **run.sampling.__dict__)
     yield Trace(method=run.method, params=params, seed=run.seed, prompt=run.prompt, model=pair.name,
                 grid=dict(target=list(pair.grid), draft=draft_grid), tokens=_grid_list(result.tokens),
                 proposal=_grid_list(result.proposal), draft=_grid_list(result.draft), steps=steps,
-                totals=totals(steps, result.accepted_fraction))
+                totals=totals(steps, work * 1000.0, result.passed_fraction, result.kept_fraction))
 
 
 def run(run_cfg: RunConfig, pair: ModelPair | None = None) -> Trace:

@@ -1,4 +1,4 @@
-"""The Trace: what a run did, step by step, as data (schema "mulo-trace/1").
+"""The Trace: what a run did, step by step, as data (schema "mulo-trace/2"; "/1" files are still read).
 
 Every method yields Steps; the engine wraps them into a Trace that round-trips through JSON. A
 reader rejects unknown schema versions and malformed files with a TraceError that says what is
@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-SCHEMA = "mulo-trace/1"
+SCHEMA = "mulo-trace/2"
+OLD_SCHEMAS = ("mulo-trace/1",)  # read and converted: totals.accepted_fraction -> passed / kept
 PHASES = ("draft", "upsample", "verify", "resample", "decode", "refresh")
 MODELS = ("target", "drafter", None)
 MAX_BYTES = 32 * 1024 * 1024
@@ -75,12 +76,15 @@ class Trace:
     def from_dict(d) -> "Trace":
         if not isinstance(d, dict):
             raise TraceError("the trace must be a JSON object")
-        if d.get("schema") != SCHEMA:
-            raise TraceError(f"unsupported trace schema {d.get('schema')!r}; this reader knows {SCHEMA!r}")
+        if d.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
+            raise TraceError(f"unsupported trace schema {d.get('schema')!r}; this reader knows "
+                             f"{', '.join(repr(s) for s in (SCHEMA, *OLD_SCHEMAS))}")
         missing = [k for k in ("method", "params", "seed", "prompt", "model", "grid", "tokens", "proposal",
                                "draft", "steps", "totals") if k not in d]
         if missing:
             raise TraceError(f"the trace lacks the field(s) {', '.join(missing)}")
+        if d["schema"] != SCHEMA:
+            d = _from_v1(d)
         _validate(d)
         return Trace(**{k: d[k] for k in ("method", "params", "seed", "prompt", "model", "grid", "tokens",
                                           "proposal", "draft", "steps", "totals")})
@@ -114,12 +118,42 @@ def _validate(d: dict) -> None:
                 or not isinstance(s.get("cells"), list):
             raise TraceError(f"step {n} needs integer nfe, numeric wall_ms and a list of cells")
     t = d["totals"]
-    if not isinstance(t, dict) or not all(k in t for k in ("target_nfe", "drafter_nfe", "wall_ms", "accepted_fraction")):
-        raise TraceError("totals must give target_nfe, drafter_nfe, wall_ms and accepted_fraction")
+    if not isinstance(t, dict) or not all(k in t for k in TOTALS):
+        raise TraceError(f"totals must give {', '.join(TOTALS)}")
 
 
-def totals(steps: list[dict], accepted_fraction: float | None) -> dict:
+TOTALS = ("target_nfe", "drafter_nfe", "wall_ms", "passed_fraction", "kept_fraction")
+
+
+def _from_v1(d: dict) -> dict:
+    """A mulo-trace/1 dict in the /2 vocabulary. /1 had one `accepted_fraction`: for mulo the share of
+    cells kept outside R_X, for sd / lantern / sjd the share of judged drafts that passed the test.
+    The other quantity is recounted from the verify steps."""
+    t = d.get("totals")
+    if not isinstance(t, dict) or "accepted_fraction" not in t or not isinstance(d.get("steps"), list):
+        return d  # _validate names what is missing
+    t = {k: v for k, v in t.items() if k != "accepted_fraction"}
+    old = d["totals"]["accepted_fraction"]
+    verdicts = [v for s in d["steps"] if isinstance(s, dict) and s.get("phase") == "verify"
+                for v in _flat(s.get("accepted", []))]
+    n_cells = len(d["tokens"]) * len(d["tokens"][0]) if isinstance(d.get("tokens"), list) and d["tokens"]         and isinstance(d["tokens"][0], list) else 0
+    if old is None or not verdicts:
+        t.update(passed_fraction=None, kept_fraction=old)
+    elif d.get("method") == "mulo":
+        t.update(passed_fraction=sum(map(bool, verdicts)) / len(verdicts), kept_fraction=old)
+    else:
+        t.update(passed_fraction=old, kept_fraction=sum(map(bool, verdicts)) / max(n_cells, 1))
+    return dict(d, schema=SCHEMA, totals=t)
+
+
+def _flat(x) -> list:
+    return [v for r in x for v in (_flat(r) if isinstance(r, list) else [r])] if isinstance(x, list) else []
+
+
+def totals(steps: list[dict], wall_ms: float, passed_fraction: float | None, kept_fraction: float | None) -> dict:
+    """passed_fraction: share of judged cells that passed the acceptance test (mulo: pooled >= tau);
+    kept_fraction: share of the H x W cells whose drafted or proposed token was kept without
+    resampling (mulo: outside R_X). wall_ms: all work of the run, not only the timed steps."""
     return dict(target_nfe=sum(s["nfe"] for s in steps if s["model"] == "target"),
                 drafter_nfe=sum(s["nfe"] for s in steps if s["model"] == "drafter"),
-                wall_ms=round(sum(s["wall_ms"] for s in steps), 3),
-                accepted_fraction=accepted_fraction)
+                wall_ms=round(wall_ms, 3), passed_fraction=passed_fraction, kept_fraction=kept_fraction)

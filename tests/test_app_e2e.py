@@ -32,7 +32,7 @@ def test_generate_returns_images_plots_and_a_trace(client):
     assert v["heatmap"]["type"] == "plotly" and "τ = 0" in v["heatmap"]["plot"]
     assert "fewer target passes" in v["stats"]
     with open(trace_path) as f:
-        assert json.load(f)["schema"] == "mulo-trace/1"
+        assert json.load(f)["schema"] == "mulo-trace/2"
     # the session keeps the run: the scrubber replays it
     canvas, caption = client.predict(3, False, api_name="/scrub")
     assert canvas.endswith(".png") and "Step 3 of" in caption

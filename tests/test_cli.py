@@ -28,4 +28,4 @@ def test_generate_writes_the_image_and_a_readable_trace(tmp_path):
     assert main(["generate", "--method", "mulo", "--scale", "4", "--prompt", PROMPT, "--seed", "1", "--out", str(out),
                  "--trace", str(trace)]) == 0
     d = json.loads(trace.read_text())
-    assert out.stat().st_size > 0 and d["schema"] == "mulo-trace/1" and d["grid"] == {"target": [32, 32], "draft": [8, 8]}
+    assert out.stat().st_size > 0 and d["schema"] == "mulo-trace/2" and d["grid"] == {"target": [32, 32], "draft": [8, 8]}

@@ -27,7 +27,7 @@ def verify_steps(trace):
 def test_tau_zero_accepts_every_proposal(tiny_pair):
     t = run(tiny_pair, tau=0.0)
     assert t.tokens == t.proposal
-    assert t.totals["accepted_fraction"] == 1.0
+    assert t.totals["passed_fraction"] == t.totals["kept_fraction"] == 1.0
     assert all(all(all(row) for row in s["accepted"]) for s in verify_steps(t))
 
 

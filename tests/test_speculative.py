@@ -58,7 +58,7 @@ def test_lantern_relaxation_raises_acceptance(pair8):
     s = SamplingConfig(temperature=1.0, top_k=16)
     a = engine.run(RunConfig(method="sd", prompt=PROMPT, seed=4, sampling=s), pair8)
     b = engine.run(RunConfig(method="lantern", prompt=PROMPT, seed=4, sampling=s).with_params(delta=0.5), pair8)
-    assert b.totals["accepted_fraction"] > a.totals["accepted_fraction"]
+    assert b.totals["passed_fraction"] > a.totals["passed_fraction"]
 
 
 def test_speculative_traces_record_judged_cells_and_probabilities(pair8):

@@ -13,7 +13,8 @@ class Result:
     tokens: np.ndarray                    # (H, W) final tokens
     proposal: np.ndarray | None = None    # (H, W) up-sampled proposal (mulo)
     draft: np.ndarray | None = None       # (h, w) low-res draft (mulo)
-    accepted_fraction: float | None = None
+    passed_fraction: float | None = None  # share of judged cells that passed the acceptance test
+    kept_fraction: float | None = None    # share of the H x W cells kept as drafted / proposed
     extra: dict = field(default_factory=dict)
 
 

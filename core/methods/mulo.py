@@ -51,7 +51,7 @@ def run(ctx: MethodContext):
     low = np.full(h * w, UNKNOWN, dtype=np.int64)         # drafter prefix (draft, then D_r of commits)
     draft_grid = np.full(h * w, UNKNOWN, dtype=np.int64)  # what the drafter sampled
     proposal_grid = np.full(H * W, UNKNOWN, dtype=np.int64)
-    kept = 0
+    kept = passed = 0
     for row_lo in range(0, h, G):
         row_hi = min(h, row_lo + G)
         band = slice(row_lo * r * W, row_hi * r * W)     # raster range of the band on the target grid
@@ -98,6 +98,7 @@ def run(ctx: MethodContext):
         band_final[r_x.reshape(-1)] = UNKNOWN
         final[band] = band_final
         kept += int((~r_x).sum())
+        passed += int(accepted.sum())
         offset_labels = np.zeros((H, W), dtype=np.int64)
         offset_labels[row_lo * r:row_hi * r] = islands
         waves = raster_waves(offset_labels > 0) if p.resample == "serial" else zipar_waves(offset_labels, p.window)
@@ -114,4 +115,5 @@ def run(ctx: MethodContext):
             yield Step("refresh", None, 0, f["wall_ms"], cells_of(range(row_lo * w, row_hi * w), w),
                        low[row_lo * w:row_hi * w].tolist(), dict(grid="draft"))
     return Result(tokens=final.reshape(H, W), proposal=proposal_grid.reshape(H, W),
-                  draft=draft_grid.reshape(h, w), accepted_fraction=kept / (H * W))
+                  draft=draft_grid.reshape(h, w), passed_fraction=passed / (H * W),
+                  kept_fraction=kept / (H * W))

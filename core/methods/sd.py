@@ -74,7 +74,8 @@ def speculate(ctx: MethodContext, relax: Relax):
             resampled=None if all(accepted) else cells_of([t + len(accepted) - 1], W)[0],
             bonus=cells_of([cells[-1]], W)[0] if bonus else None))
         t += len(out)
-    return Result(tokens=final.reshape(H, W), accepted_fraction=accepted_total / max(drafted_total, 1))
+    return Result(tokens=final.reshape(H, W), passed_fraction=accepted_total / max(drafted_total, 1),
+                  kept_fraction=accepted_total / N)
 
 
 def run(ctx: MethodContext):

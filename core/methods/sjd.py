@@ -79,4 +79,5 @@ def run(ctx: MethodContext):
             judged=cells_of(window, W), accepted=accepted, prob=probs,
             resampled=None if all(accepted) else cells_of([cells[-1]], W)[0]))
         t += len(out)
-    return Result(tokens=final.reshape(H, W), accepted_fraction=accepted_total / max(judged_total, 1))
+    return Result(tokens=final.reshape(H, W), passed_fraction=accepted_total / max(judged_total, 1),
+                  kept_fraction=accepted_total / N)
