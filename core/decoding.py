@@ -44,7 +44,7 @@ class Decoder:
     def prefill(self) -> None:
         logits = self.gpt.prefill(self.cache, self.captions, self.masks, self.grid, drop=self.drop)
         self.nfe += 1
-        self.p0 = processed(logits, self.sampling)[0].cpu()  # acceptance and sampling run on the CPU
+        self.p0 = processed(logits, self.sampling, cells=0)[0].cpu()  # acceptance and sampling run on the CPU
 
     def feed(self, cells: list[int], tokens: list[int], write: list[bool]) -> torch.Tensor:
         """One forward; returns (T, V) processed distributions, row j predicting cell cells[j] + 1."""
@@ -59,7 +59,7 @@ class Decoder:
         for c, t, wr in zip(cells, tokens, write):
             if wr:
                 self.cache_tok[c] = t
-        return processed(logits, self.sampling)[0].cpu()
+        return processed(logits, self.sampling, cells=[c + 1 for c in cells])[0].cpu()
 
     def stale(self, known: np.ndarray, cells=None) -> list[int]:
         """Cells with a final token whose slot holds another token (or none)."""
