@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-from urllib.parse import unquote_plus
 
 import torch
 
+from .caption_text import clean_caption
 from .gpt import GPT, GPTConfig
 from .vq import VQConfig, VQModel
 
@@ -90,6 +90,14 @@ for _k, _c in CHECKPOINTS.items():
         PAIRS[f"llamagen-c2i-{_c.size}-{_c.grid * 16}"] = PairSpec(_k, "vq_ds16_c2i", small=_small)
 
 
+# the only classes a checkpoint may pickle: the training scripts save their argparse arguments beside the weights
+ALLOWED_GLOBALS = (argparse.Namespace,)
+
+
+class UnsafeCheckpoint(ValueError):
+    """A .pt file that pickles classes beyond ALLOWED_GLOBALS; the message names them."""
+
+
 class MissingWeights(FileNotFoundError):
     """Official files absent from the weights folder; the message names them and where to put them."""
 
@@ -142,8 +150,17 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
         return load_file(str(path))
-    with torch.serialization.safe_globals([argparse.Namespace]):  # training args saved beside the weights
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    try:
+        with torch.serialization.safe_globals(list(ALLOWED_GLOBALS)):
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        found = [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+                 if g not in {f"{c.__module__}.{c.__qualname__}" for c in ALLOWED_GLOBALS}]
+        raise UnsafeCheckpoint(
+            f"{path} pickles {', '.join(found) or 'objects'} beside its weights; only "
+            f"{', '.join(f'{c.__module__}.{c.__qualname__}' for c in ALLOWED_GLOBALS)} is read, since unpickling "
+            f"anything else can run code. If you trust the file, save its weights alone (the 'model' entry, or "
+            f"as .safetensors) and load that.") from e
     for key in ("model", "module", "state_dict"):
         if key in obj:
             return obj[key]
@@ -181,11 +198,8 @@ def build(name: str, state: dict[str, torch.Tensor] | None = None) -> torch.nn.M
 
 # ---- captions ------------------------------------------------------------------------------------
 def clean_prompt(text: str) -> str:
-    """The core of LlamaGen's clean_caption for plain prompts: unquote, lower-case, space after
-    punctuation, collapse whitespace. Its URL/HTML/markup scrubbing is not reproduced."""
-    text = unquote_plus(str(text)).strip().lower()
-    text = re.sub(r"(\D[,\./])\b", r"\1 ", text)
-    return re.sub(r"\s+", " ", text).strip()
+    """The prompt as LlamaGen's T5 preprocessing leaves it (see caption_text for the rules)."""
+    return clean_caption(text)
 
 
 def left_pad(feats: torch.Tensor, n_valid: int | None = None, length: int = T5_LEN) -> tuple[torch.Tensor, torch.Tensor]:
