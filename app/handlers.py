@@ -37,12 +37,12 @@ except ImportError:
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
          "upsampler", "resample", "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "cfg",
-         "temperature", "top_k", "model")
+         "temperature", "top_k", "model", "cfg_interval")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
                  "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init")
-_SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
+_SAMPLING_FIELDS = ("cfg", "temperature", "top_k", "cfg_interval")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
-         "top_k"}
+         "top_k", "cfg_interval"}
 _FLOATS = {"tau", "delta", "cfg", "temperature"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
@@ -138,10 +138,12 @@ def pair_markdown(name: str) -> str:
 
 
 def pick_model(name: str):
-    """Knob ranges of the chosen pair (codebook size, scales) and its description."""
+    """Knob ranges of the chosen pair (codebook size, scales), its sampling defaults (LlamaGen: the
+    official settings) and its description."""
     facts = model_facts(name)
-    V, scales = facts["vocab_size"], list(facts["scales"]) or [2]
-    return (gr.update(maximum=V), gr.update(maximum=max(DEFAULTS["lantern_k"], V - 1)),
+    V, scales, s = facts["vocab_size"], list(facts["scales"]) or [2], facts["sampling"]
+    return (gr.update(maximum=V, value=s.top_k), gr.update(value=s.cfg), gr.update(value=s.temperature),
+            gr.update(value=s.cfg_interval), gr.update(maximum=max(DEFAULTS["lantern_k"], V - 1)),
             gr.update(choices=scales, value=scales[0] if DEFAULTS["scale"] not in scales else DEFAULTS["scale"]),
             pair_markdown(name))
 
@@ -437,7 +439,8 @@ def preset(name: str) -> tuple:
         raise gr.Error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     text, overrides = PRESETS[name]
     values = {**DEFAULTS, **overrides}
-    keep = ("prompt", "seed", "model")   # a preset changes how we decode, not what we draw nor with what
+    # a preset changes how we decode, not what we draw, with what, nor the pair's sampling
+    keep = ("prompt", "seed", "model", *_SAMPLING_FIELDS)
     return (*(gr.skip() if k in keep else values[k] for k in KNOBS), f"**{name}.** {text}")
 
 

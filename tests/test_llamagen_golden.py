@@ -136,6 +136,7 @@ def test_a_perturbed_weight_breaks_the_logit_comparison():
 def greedy(models, vq, name: str, method: str = "ar", **sampling) -> list[int]:
     s = SamplingConfig(temperature=0.0, **sampling)
     trace = engine.run(RunConfig(method=method, prompt=prompt(name), seed=0, sampling=s), pair(models, vq, name))
+    assert all(trace.params[k] == v for k, v in sampling.items())  # every sampling knob is in the trace
     return [t for row in trace.tokens for t in row]
 
 

@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from ..config import SamplingConfig
 from .caption_text import clean_caption
 from .gpt import GPT, GPTConfig
 from .vq import VQConfig, VQModel
@@ -52,6 +53,11 @@ def gpt_config(size: str, kind: str = "t2i") -> GPTConfig:
     if kind == "c2i":
         return GPTConfig(**common, prefix_len=1, num_classes=NUM_CLASSES)
     raise ValueError(f"unknown LlamaGen model kind {kind!r}; available: t2i, c2i")
+
+
+# the official sampling settings (sample_t2i.py, sample_c2i.py): temperature 1, top-p 1, CFG on every token
+SAMPLING = {"t2i": SamplingConfig(cfg=7.5, temperature=1.0, top_k=1000, top_p=1.0),
+            "c2i": SamplingConfig(cfg=4.0, temperature=1.0, top_k=2000, top_p=1.0)}
 
 
 @dataclass(frozen=True)
@@ -276,13 +282,14 @@ def t5_folder(weights_dir=None) -> Path:
     return Path(os.environ.get("MULO_T5_DIR") or weights_folder(weights_dir) / "t5-ckpt" / "flan-t5-xl")
 
 
-def _default_captions(weights_dir) -> Callable:
-    """T5 features from a FLAN-T5-XL folder (MULO_T5_DIR, else <weights>/t5-ckpt/flan-t5-xl)."""
+def _default_captions(weights_dir, device="cpu") -> Callable:
+    """T5 features from a FLAN-T5-XL folder (MULO_T5_DIR, else <weights>/t5-ckpt/flan-t5-xl), in bf16 on
+    CUDA as LlamaGen's sample scripts run it, float32 on the CPU."""
     path = t5_folder(weights_dir)
     if not path.exists():
         raise MissingWeights(f"FLAN-T5-XL not found at {path}: put the google/flan-t5-xl files there, set "
                              f"MULO_T5_DIR, or pass captions=FeatureCaptions(path) with precomputed features")
-    return T5Captions(path)
+    return T5Captions(path, device, default_dtype(device))
 
 
 # ---- pairs ---------------------------------------------------------------------------------------
@@ -315,7 +322,7 @@ def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None,
     keys = [k for k in (spec.target, spec.tokenizer, spec.drafter, spec.small) if k]
     paths = locate(keys, weights_dir, hub)
     ck = CHECKPOINTS[spec.target]
-    caption = text_caption(captions or _default_captions(weights_dir)) if ck.kind == "t2i" else class_caption
+    caption = text_caption(captions or _default_captions(weights_dir, device)) if ck.kind == "t2i" else class_caption
     models = {k: build(k, read_state_dict(p)) for k, p in paths.items()}
     return assemble(name, models[spec.target], models[spec.tokenizer], (ck.grid, ck.grid), caption,
                     models.get(spec.drafter), models.get(spec.small), spec.scales, device, dtype)
@@ -344,10 +351,10 @@ def found_pairs(weights_dir: str | Path | None = None) -> dict[str, str]:
 
 
 def pair_facts(name: str) -> dict:
-    """What a UI needs before loading a pair: codebook size, mulo scales, the kind of prompt."""
+    """What a UI needs before loading a pair: codebook size, mulo scales, default sampling, the kind of prompt."""
     spec = PAIRS[name]
     kind = CHECKPOINTS[spec.target].kind
-    return dict(vocab_size=VQ16.codebook_size, scales=spec.scales,
+    return dict(vocab_size=VQ16.codebook_size, scales=spec.scales, sampling=SAMPLING[kind],
                 prompt="free text (read by FLAN-T5-XL)" if kind == "t2i" else f"an ImageNet class id, 0 to {NUM_CLASSES - 1}")
 
 
