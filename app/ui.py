@@ -67,7 +67,7 @@ def _knob_inputs(vocab_size: int) -> dict:
     d = h.DEFAULTS
     k = {}
     k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
-                             info="the pairs whose weights are on this machine")
+                             info="the pairs whose weights are on this machine (on a Space: every pair)")
     k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method")
     k["seed"] = gr.Number(d["seed"], precision=0, minimum=0, label="Seed", elem_id="seed")

@@ -236,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     from .config import ParameterError
     from .domain import PromptError
     from .family import AssetError
+    from .models.llamagen import UnsafeCheckpoint
     try:
         return args.func(args)
-    except (ParameterError, PromptError, AssetError, FileNotFoundError) as e:  # bad input: one clear line
+    except (ParameterError, PromptError, AssetError, FileNotFoundError, UnsafeCheckpoint) as e:  # bad input: one line
         sys.stderr.write(f"error: {e}\n")
         return 2
