@@ -32,7 +32,7 @@ def parse_spec(spec: str, base: RunConfig) -> tuple[str, RunConfig]:
         key, value = kv.split("=", 1)
         key = key.replace("-", "_")
         if key in _SAMPLING_FIELDS:
-            sampling[key] = float(value) if key != "top_k" else int(value)
+            sampling[key] = int(value) if key in ("top_k", "cfg_interval") else float(value)
         elif key in _PARAM_TYPES:
             typ = _PARAM_TYPES[key]
             params[key] = int(value) if typ in (int, "int") else float(value) if typ in (float, "float") else value
