@@ -156,16 +156,68 @@ def _export(args) -> int:
     return 0
 
 
+class RankBar:
+    """A tqdm bar on stderr per rank, with ETA: rank 0 counts the records of every rank, the others their own."""
+
+    def __init__(self, ranks):
+        self.ranks, self.bar = ranks, None
+
+    def __call__(self, done: int, total: int, info: str = "") -> None:
+        from tqdm import tqdm
+        if self.bar is None:  # records found in the folder count as done but not into the rate
+            desc = "bench, all ranks" if self.ranks.main else f"bench, rank {self.ranks.rank}"
+            self.bar = tqdm(total=total, initial=done, desc=desc, unit="run", position=self.ranks.rank,
+                            file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix_str(info, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _bench(args) -> int:
     import json
+    import signal
     import torch
-    from . import bench
+    from . import bench, distributed
+    from .runfolder import RunFolder, RunFolderError
+    ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
     base = run_config(args, "ar")
-    result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base,
-                       ProgressBar("bench"))
+    bar = RankBar(ranks)
+    signal.signal(signal.SIGTERM, _interrupt)  # a pre-empted job stops like Ctrl-C: every finished record stays
+    try:
+        result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base, args.out,
+                           ranks, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        if args.out:
+            kept = len(RunFolder(args.out).records()) if ranks.main else None
+            if ranks.main:
+                sys.stderr.write(f"interrupted: {kept} records are kept in {args.out}; run the same command "
+                                 f"again to continue\n")
+        else:
+            sys.stderr.write("interrupted: nothing kept (give --out DIR to keep records and resume)\n")
+        return 130
+    except RunFolderError as e:
+        bar.close()
+        if ranks.main:
+            sys.stderr.write(f"error: {e}\n")
+        return 2
+    finally:
+        distributed.leave(ranks)
+    bar.close()
+    if not ranks.main:
+        return 0
     print(bench.table(result))
+    if args.out:
+        print(f"records and summary.json in {args.out}; `python -m core report {args.out}` draws the report")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
@@ -197,6 +249,9 @@ def _extend(p: argparse.ArgumentParser) -> None:
     b.add_argument("--prompts", type=int, default=20)
     _add_run_args(b, None)
     b.add_argument("--json", default=None, help="write the full result here")
+    b.add_argument("--out", default=None, metavar="DIR",
+                   help="run folder: one line per finished record, config.json and summary.json; the same "
+                        "command with the same --out resumes (needed under torchrun: a folder every rank reads)")
     b.set_defaults(func=_bench)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)

@@ -27,16 +27,25 @@ def reference_features(scenes: list[Scene], classifier) -> np.ndarray:
         return classifier.read(data.image_batch(scenes, 64))[1].numpy()
 
 
-def quality(images: list[np.ndarray], scenes: list[Scene], classifier) -> dict:
-    """Prompt adherence and Fréchet distance (vs ground-truth renders of the same scenes)."""
+def read_images(images: list[np.ndarray], scenes: list[Scene], classifier) -> tuple[list[float], np.ndarray]:
+    """Per image: its adherence to its scene, and the classifier's features (n, F) for Fréchet distances."""
     with torch.inference_mode():
         x = torch.stack([data.to_tensor(im) for im in images])
         if x.shape[-1] != 64:
             x = F.interpolate(x, size=64, mode="bilinear", align_corners=False)
         reads, feats = classifier.read(x)
-    adh = [adherence(s, r) for s, r in zip(scenes, reads)]
-    fd = frechet_distance(feats.numpy(), reference_features(scenes, classifier)) if len(images) > 2 else float("nan")
-    return dict(adherence=float(np.mean(adh)), frechet=fd, n=len(images))
+    return [adherence(s, r) for s, r in zip(scenes, reads)], feats.numpy()
+
+
+def set_frechet(features: np.ndarray, scenes: list[Scene], classifier) -> float:
+    """Fréchet distance of a set's features (n, F) to ground-truth renders of its scenes (nan below 3)."""
+    return frechet_distance(features, reference_features(scenes, classifier)) if len(scenes) > 2 else float("nan")
+
+
+def quality(images: list[np.ndarray], scenes: list[Scene], classifier) -> dict:
+    """Prompt adherence and Fréchet distance (vs ground-truth renders of the same scenes)."""
+    adh, feats = read_images(images, scenes, classifier)
+    return dict(adherence=float(np.mean(adh)), frechet=set_frechet(feats, scenes, classifier), n=len(images))
 
 
 def tokenizer_figures(n: int, progress: Callable) -> dict:
