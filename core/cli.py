@@ -1,4 +1,4 @@
-"""Command line: `python -m core {train,export,evaluate,generate,bench} ...`. The only printing layer of the core."""
+"""Command line: `python -m core {train,export,evaluate,generate,bench,report} ...`. The only printing layer of the core."""
 from __future__ import annotations
 
 import argparse
@@ -223,6 +223,18 @@ def _bench(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    from . import report
+    from .bench import SummaryError
+    try:
+        path = report.write(args.folder, args.html)
+    except (SummaryError, OSError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
 def _evaluate(args) -> int:
     import json
     import torch
@@ -253,6 +265,10 @@ def _extend(p: argparse.ArgumentParser) -> None:
                    help="run folder: one line per finished record, config.json and summary.json; the same "
                         "command with the same --out resumes (needed under torchrun: a folder every rank reads)")
     b.set_defaults(func=_bench)
+    r = sub.add_parser("report", help="one self-contained HTML page (Plotly) from a bench run folder")
+    r.add_argument("folder", help="a bench --out folder (or its summary.json)")
+    r.add_argument("--html", default=None, help="write the page here (default FOLDER/report.html)")
+    r.set_defaults(func=_report)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)
     x.add_argument("--run-dir", default=None)

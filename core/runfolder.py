@@ -28,7 +28,7 @@ def record_key(r: dict) -> tuple:
 def write_atomic(path: Path, text: str) -> None:
     """Readers see the old file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 

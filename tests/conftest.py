@@ -1,4 +1,8 @@
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,3 +33,17 @@ def tiny_pair(tokenizer):
     return engine.ModelPair("tiny", target, target, small, tokenizer, (16, 16),
                             lambda prompt, grid: data.caption_ids(prompt, 32),
                             tokenizer.neighbours(tokenizer.vocab_size - 1), scales=(2, 4))
+
+
+BENCH_ARGS = ["--prompts", "3", "--seed", "5", "--methods", "mulo:scale=4,zipar:window=4", "--threads", "1"]
+
+
+@pytest.fixture(scope="session")
+def bench_folder(tmp_path_factory) -> Path:
+    """A finished run folder of `python -m core bench` (one process), shared by the tests that read one."""
+    out = tmp_path_factory.mktemp("bench") / "one"
+    done = subprocess.run([sys.executable, "-m", "core", "bench", *BENCH_ARGS, "--out", str(out),
+                           "--json", str(out.parent / "one.json")], cwd=Path(__file__).resolve().parent.parent,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out

@@ -13,9 +13,10 @@ import pytest
 from core import bench
 from core.distributed import Ranks
 from core.runfolder import RunFolder, RunFolderError
+from conftest import BENCH_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
-ARGS = ["--prompts", "3", "--seed", "5", "--methods", "mulo:scale=4,zipar:window=4", "--threads", "1"]
+ARGS = BENCH_ARGS
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 WALL = ("wall_ms", "wall_speedup", "phase_ms")  # measured, so they differ from run to run
@@ -42,12 +43,9 @@ def without_wall(summary: dict) -> dict:
     return {label: {k: v for k, v in s.items() if k not in WALL} for label, s in summary["summary"].items()}
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "one"
-    done = run(bench_cmd(out, 1, "--json", str(out.parent / "one.json")))
-    assert done.returncode == 0, done.stderr
-    return out
+@pytest.fixture
+def one_process(bench_folder):
+    return bench_folder
 
 
 def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(one_process):
