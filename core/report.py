@@ -41,6 +41,12 @@ def _families(result: dict) -> dict[str, list[str]]:
     return fams
 
 
+def _knobs(label: str) -> str:
+    """A point's label on the frontier: the spec's overrides ('tau=0.1'), or the method's name alone."""
+    name, _, knobs = label.partition(":")
+    return knobs.replace(":", " ") or name
+
+
 def frontier(result: dict) -> go.Figure:
     """Speedup over ar (x, log: right is faster) against quality (y: up is better, Fréchet axis reversed):
     passes and wall-clock side by side, adherence above Fréchet distance; one trace per method family."""
@@ -54,8 +60,9 @@ def frontier(result: dict) -> go.Figure:
                 pts = sorted(labels, key=lambda lb: summary[lb][skey] if _num(summary[lb][skey]) else 0)
                 fig.add_trace(go.Scatter(
                     x=[_num(summary[lb][skey]) for lb in pts], y=[_num(summary[lb][qkey]) for lb in pts],
-                    mode="lines+markers", name=method, legendgroup=method, showlegend=(row, col) == (1, 1),
-                    text=pts, marker=dict(size=10, color=colour), line=dict(color=colour),
+                    mode="lines+markers+text", name=method, legendgroup=method, showlegend=(row, col) == (1, 1),
+                    text=pts, texttemplate=[_knobs(lb) for lb in pts], textposition="top center",
+                    textfont=dict(size=10), marker=dict(size=10, color=colour), line=dict(color=colour),
                     hovertemplate=f"%{{text}}<br>{sname}: %{{x:.2f}}× ar<br>{qname.split(' (')[0]}: "
                                   "%{y:.3f}<extra></extra>"), row=row, col=col)
                 fig.update_xaxes(type="log", title_text=f"{sname}: speedup over ar (log)", row=row, col=col)
