@@ -23,7 +23,7 @@ import numpy as np
 
 from . import engine, family
 from .config import MethodParams, RunConfig, SamplingConfig
-from .distributed import Ranks, barrier, broadcast
+from .distributed import Ranks, barrier, broadcast, shard
 from .evaluate import heldout, read_images, set_frechet
 from .runfolder import SCHEMA, RunFolder, RunFolderError, record_key
 from .trace import PHASES, SCHEMA as TRACE_SCHEMA
@@ -68,11 +68,6 @@ def run_config(configs: list[tuple[str, RunConfig]], n_prompts: int, seed: int) 
     return dict(schema=SCHEMA, record_schema=RECORD_SCHEMA, model=base.model, prompts=n_prompts, seed=seed,
                 specs=[label for label, _ in configs],
                 base=dict(sampling=dataclasses.asdict(base.sampling), params=dataclasses.asdict(base.params)))
-
-
-def shard(n_prompts: int, ranks: Ranks) -> list[int]:
-    """The prompts this rank measures: every world-th one, so each rank gets a spread of the set."""
-    return list(range(ranks.rank, n_prompts, ranks.world))
 
 
 def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = None, out=None,

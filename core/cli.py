@@ -238,12 +238,18 @@ def _report(args) -> int:
 def _evaluate(args) -> int:
     import json
     import torch
-    from . import evaluate
+    from . import distributed, evaluate
+    ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
-    figures = evaluate.run(args.what, args.prompts, ProgressBar(f"evaluate {args.what}"),
-                           grids=tuple(int(g) for g in args.grids.split(",")), record=args.record)
-    print(json.dumps(figures, indent=2))
+    label = f"evaluate {args.what}" + ("" if ranks.world == 1 else f", rank {ranks.rank}")
+    try:
+        figures = evaluate.run(args.what, args.prompts, ProgressBar(label),
+                               grids=tuple(int(g) for g in args.grids.split(",")), record=args.record, ranks=ranks)
+    finally:
+        distributed.leave(ranks)
+    if ranks.main:
+        print(json.dumps(figures, indent=2))
     return 0
 
 

@@ -1,8 +1,8 @@
 """The ranks of a launch: one plain process is rank 0 of 1; under `torchrun` every process joins
 torch.distributed (gloo on CPU, NCCL when CUDA is present, each rank on the GPU of its LOCAL_RANK).
 
-Owns joining and leaving the process group and the two collectives the benchmark needs (a
-broadcast from rank 0 and a barrier). It knows nothing of what the ranks compute.
+Owns joining and leaving the process group and the collectives the benchmark and the evaluation
+need (a broadcast from rank 0, a gather to rank 0, a barrier). It knows nothing of what the ranks compute.
 """
 from __future__ import annotations
 
@@ -44,6 +44,11 @@ def join() -> Ranks:
     return Ranks(dist.get_rank(), dist.get_world_size(), local)
 
 
+def shard(n: int, ranks: Ranks) -> list[int]:
+    """The items of 0 .. n - 1 this rank takes: every world-th one, the same split on every launch."""
+    return list(range(ranks.rank, n, ranks.world))
+
+
 def broadcast(obj, ranks: Ranks):
     """Rank 0's `obj` on every rank."""
     if ranks.world == 1:
@@ -52,6 +57,16 @@ def broadcast(obj, ranks: Ranks):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather(obj, ranks: Ranks) -> list | None:
+    """[obj of rank 0, obj of rank 1, ...] on rank 0; None on the others."""
+    if ranks.world == 1:
+        return [obj]
+    import torch.distributed as dist
+    out = [None] * ranks.world if ranks.main else None
+    dist.gather_object(obj, out, dst=0)
+    return out
 
 
 def barrier(ranks: Ranks) -> None:

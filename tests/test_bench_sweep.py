@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core import bench
-from core.distributed import Ranks
+from core.distributed import Ranks, shard
 from core.runfolder import RunFolder, RunFolderError
 from conftest import BENCH_ARGS
 
@@ -125,10 +125,10 @@ def test_a_changed_configuration_in_the_same_folder_is_refused(one_process):
 
 
 def test_sharding_gives_every_prompt_to_exactly_one_rank_the_same_way_every_time():
-    shards = [bench.shard(10, Ranks(r, 3)) for r in range(3)]
+    shards = [shard(10, Ranks(r, 3)) for r in range(3)]
     assert shards == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
     assert sorted(i for s in shards for i in s) == list(range(10))
-    assert bench.shard(10, Ranks()) == list(range(10))
+    assert shard(10, Ranks()) == list(range(10))
 
 
 def test_a_record_line_cut_short_by_a_kill_is_ignored_then_trimmed(tmp_path):
@@ -165,3 +165,14 @@ def test_wall_ratios_pair_records_of_one_worker_only():
 def test_a_malformed_summary_is_refused_with_what_is_wrong(text, fragment):
     with pytest.raises(bench.SummaryError, match=fragment):
         bench.read_summary(text)
+
+
+def test_evaluate_ar_under_two_ranks_gives_the_figures_of_one_process():
+    args = ["-m", "core", "evaluate", "--what", "ar", "--prompts", "3", "--grids", "8"]
+    one = run([sys.executable, *args, "--threads", "1"])
+    two = run([*TORCHRUN, *args])
+    assert one.returncode == 0 and two.returncode == 0, two.stderr
+    a, b = json.loads(one.stdout), json.loads(two.stdout)     # rank 1 prints nothing: one JSON object
+    for figs in (a, b):
+        figs["8x8"].pop("mean_wall_s")
+    assert a == b and a["8x8"]["prompts"] == 3
