@@ -18,10 +18,11 @@ from urllib.parse import urlencode
 import gradio as gr
 import torch
 
-from core import bench, engine, family, report
+from core import bench, engine, report
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
-from core.domain import COLS, ROWS, PromptError, parse_prompt
-from core.evaluate import quality as measured_quality
+from core.embedded import family
+from core.embedded.domain import COLS, ROWS, PromptError, parse_prompt
+from core.embedded.evaluate import quality as measured_quality
 from core.methods import registry
 from core.trace import MAX_BYTES, Trace, TraceError
 

@@ -6,7 +6,7 @@ import gradio as gr
 
 from core import engine
 from core.config import REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
-from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
+from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
 from . import handlers as h

@@ -21,10 +21,11 @@ from typing import Callable
 
 import numpy as np
 
-from . import engine, family
+from . import engine
 from .config import MethodParams, RunConfig, SamplingConfig
 from .distributed import Ranks, barrier, broadcast, shard
-from .evaluate import heldout, read_images, set_frechet
+from .embedded import family
+from .embedded.evaluate import heldout, read_images, set_frechet
 from .runfolder import SCHEMA, RunFolder, RunFolderError, record_key
 from .trace import PHASES, SCHEMA as TRACE_SCHEMA
 

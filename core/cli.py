@@ -27,7 +27,7 @@ class ProgressBar:
 
 def _train(args) -> int:
     import torch
-    from . import family, train
+    from .embedded import family, train
     torch.set_num_threads(args.threads) if args.threads else None
     grids = tuple(int(g) for g in args.grids.split(",")) if args.grids else ((32,) if args.job == "drafter" else (32, 16, 8))
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
@@ -49,7 +49,7 @@ def _train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .train import JOBS
+    from .embedded.train import JOBS
     p = argparse.ArgumentParser(prog="python -m core", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train (or resume) one model of the embedded family")
@@ -143,7 +143,7 @@ def _generate(args) -> int:
 
 def _export(args) -> int:
     import torch
-    from . import family, train
+    from .embedded import family, train
     run_dir = Path(args.run_dir or f"runs/{args.job}")
     state = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=False)
     cfg = train.TrainConfig(**state["config"])
@@ -238,7 +238,8 @@ def _report(args) -> int:
 def _evaluate(args) -> int:
     import json
     import torch
-    from . import distributed, evaluate
+    from . import distributed
+    from .embedded import evaluate
     ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -294,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     _extend(parser)
     args = parser.parse_args(argv)
     from .config import ParameterError
-    from .domain import PromptError
-    from .family import AssetError
+    from .embedded.domain import PromptError
+    from .embedded.family import AssetError
     try:
         return args.func(args)
     except (ParameterError, PromptError, AssetError, FileNotFoundError) as e:  # bad input: one clear line

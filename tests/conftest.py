@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from core import data, engine, family
+from core.embedded import data, family
+from core.embedded.train import TARGET
 from core.models.gpt import GPT
-from core.train import TARGET
+from core.models.pair import ModelPair
 
 torch.set_num_threads(1)  # small models are latency-bound; one thread never oversubscribes two cores
 
@@ -30,7 +31,7 @@ def tiny_pair(tokenizer):
     """A random tiny target on a 16x16 grid with the shipped tokenizer: fast, and sharp enough to reject."""
     target = tiny_gpt(0)
     small = tiny_gpt(1, n_layer=1)
-    return engine.ModelPair("tiny", target, target, small, tokenizer, (16, 16),
+    return ModelPair("tiny", target, target, small, tokenizer, (16, 16),
                             lambda prompt, grid: data.caption_ids(prompt, 32),
                             tokenizer.neighbours(tokenizer.vocab_size - 1), scales=(2, 4))
 

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..config import RunConfig
+from ..distributed import Ranks, gather, shard
 from . import data, family
-from .config import RunConfig
-from .distributed import Ranks, gather, shard
 from .domain import Scene
 from .evaluation import adherence, frechet_distance
 
@@ -100,7 +100,7 @@ def classifier_figures(n: int, progress: Callable) -> dict:
 def ar_figures(n: int, progress: Callable, grids=(32, 16, 8), ranks: Ranks = Ranks()) -> dict | None:
     """ar at each grid on n held-out prompts; under torchrun each rank decodes every world-th prompt and
     rank 0 scores the gathered images (the figures of one process). None on ranks other than 0."""
-    from . import engine
+    from .. import engine
     pair = engine.load_pair("embedded")
     clf = family.load_classifier()
     scenes = heldout(n)
