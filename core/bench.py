@@ -83,6 +83,9 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
             return run(specs, n_prompts, seed, base, tmp, ranks, progress, poll_s)
     base = base or RunConfig()
     configs = configs_of(specs, base)
+    pair = engine.load_pair(base.model)
+    for _, c in configs:  # every spec is valid before the folder is claimed or any work starts
+        engine.context(c, pair)
     folder = RunFolder(out)
     refusal = None
     if ranks.main:
@@ -109,10 +112,7 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
     progress(count(), total, "")
     try:
         if todo:
-            pair = engine.load_pair(model)
             clf = family.load_classifier()
-            for _, c in configs:  # every spec is valid before any work starts
-                engine.context(c, pair)
             engine.run(todo[0][2], pair)  # warm-up: the first run of a process pays one-off costs
             worker = f"{socket.gethostname()}:{pair.device}:rank{ranks.rank}/{ranks.world}"
             for i, label, c in todo:  # prompt-major: each prompt sees every spec back to back

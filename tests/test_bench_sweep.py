@@ -176,3 +176,10 @@ def test_evaluate_ar_under_two_ranks_gives_the_figures_of_one_process():
     for figs in (a, b):
         figs["8x8"].pop("mean_wall_s")
     assert a == b and a["8x8"]["prompts"] == 3
+
+
+def test_a_bad_spec_value_stops_before_the_folder_is_claimed(tmp_path):
+    done = run([sys.executable, "-m", "core", "bench", "--prompts", "1", "--methods", "mulo:tau=2",
+                "--out", str(tmp_path / "run")])
+    assert done.returncode == 2 and done.stderr.startswith("error: tau must be")
+    assert not (tmp_path / "run").exists()        # so the corrected command starts afresh
