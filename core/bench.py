@@ -112,7 +112,7 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
     progress(count(), total, "")
     try:
         if todo:
-            clf = family.load_classifier()
+            clf = family.load_classifier() if model == "embedded" else None  # the domain's evaluator
             engine.run(todo[0][2], pair)  # warm-up: the first run of a process pays one-off costs
             worker = f"{socket.gethostname()}:{pair.device}:rank{ranks.rank}/{ranks.world}"
             for i, label, c in todo:  # prompt-major: each prompt sees every spec back to back
@@ -131,7 +131,7 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
     records = folder.records()
     by_spec = {label: [records[_key(label, c, model)] for i in range(n_prompts) for lb, c in want[i] if lb == label]
                for label, _ in configs}
-    result = merge(configs, by_spec, scenes, seed, family.load_classifier())
+    result = merge(configs, by_spec, scenes, seed, family.load_classifier() if model == "embedded" else None)
     folder.write_summary(result)
     return result
 
@@ -145,18 +145,19 @@ def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> 
     t0 = time.perf_counter()
     tr = engine.run(c, pair)
     wall = (time.perf_counter() - t0) * 1000.0
-    adh, feats = read_images([engine.decode_image(tr.tokens, pair.tokenizer)], [scene], clf)
+    adh, feats = read_images([engine.decode_image(tr.tokens, pair.tokenizer)], [scene], clf) if clf else ([None], [None])
     return dict(spec=label, method=c.method, prompt_index=i, prompt=c.prompt, seed=c.seed, model=pair.name,
                 schema=RECORD_SCHEMA, worker=worker, target_nfe=tr.totals["target_nfe"],
                 drafter_nfe=tr.totals["drafter_nfe"], wall_ms=wall, passed=tr.totals["passed_fraction"],
                 kept=tr.totals["kept_fraction"],
                 phase_ms={p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES},
-                adherence=adh[0], features=feats[0].tolist(), tokens=tr.tokens)
+                adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens)
 
 
 def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], scenes, seed: int, clf) -> dict:
     """The summary of complete records (by spec, in prompt order): means, ratios against ar on the same
-    prompts and seeds, adherence, and the Fréchet distance of each spec's whole set."""
+    prompts and seeds, adherence, and the Fréchet distance of each spec's whole set (quality is None for
+    a pair the embedded domain's classifier cannot read, clf None)."""
     ar_label = next(label for label, c in configs if c.method == "ar")
     ar = by_spec[ar_label]
     ar_passes = np.mean([r["target_nfe"] + r["drafter_nfe"] for r in ar])
@@ -172,8 +173,9 @@ def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], 
             target_nfe_speedup=float(np.mean([r["target_nfe"] for r in ar]) / mean("target_nfe")),
             passed=_mean_or_none([r["passed"] for r in rs]), kept=_mean_or_none([r["kept"] for r in rs]),
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
-            adherence=mean("adherence"),
-            frechet=set_frechet(np.array([r["features"] for r in rs], dtype=np.float32), scenes, clf))
+            adherence=_mean_or_none([r["adherence"] for r in rs]),
+            frechet=None if clf is None else set_frechet(np.array([r["features"] for r in rs], dtype=np.float32),
+                                                         scenes, clf))
     workers = sorted({r["worker"] for rs in by_spec.values() for r in rs})
     return dict(schema=SCHEMA, model=configs[0][1].model, prompts=len(scenes), seed=seed,
                 specs=[label for label, _ in configs], workers=workers,
@@ -227,7 +229,8 @@ def read_summary(text: str | bytes) -> dict:
         missing = [k for k in SUMMARY_FIELDS if not isinstance(s, dict) or k not in s]
         if missing:
             raise SummaryError(f"the figures of {label!r} lack {', '.join(missing)}")
-        bad = [k for k in SUMMARY_FIELDS[1:-1] if not isinstance(s[k], (int, float))]
+        bad = [k for k in SUMMARY_FIELDS[1:-1] if not isinstance(s[k], (int, float))
+               and not (k in ("adherence", "frechet") and s[k] is None)]
         if bad:
             raise SummaryError(f"the figures of {label!r} are not numbers: {', '.join(bad)}")
     return d
@@ -239,11 +242,12 @@ def table(result: dict) -> str:
             f"{'tgt x':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
             f"({'/'.join(p[:6] for p in PHASES)})")
     lines = [head, "-" * len(head)]
-    frac = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    num = lambda x, digits: "-" if x is None else f"{x:.{digits}f}"  # noqa: E731
+    frac = lambda x: num(x, 2)  # noqa: E731
     for label, s in result["summary"].items():
         ph = "/".join(f"{s['phase_ms'][p]:.0f}" for p in PHASES)
         lines.append(f"{label:<34}{s['passes']:>7.0f}{s['passes_speedup']:>7.2f}{s['wall_ms'] / 1000:>8.2f}"
                      f"{s['wall_speedup']:>7.2f}{s['target_nfe']:>8.0f}{s['drafter_nfe']:>8.0f}"
                      f"{s['target_nfe_speedup']:>7.2f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
-                     f"{s['adherence']:>7.3f}{s['frechet']:>7.2f}  {ph}")
+                     f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}  {ph}")
     return "\n".join(lines)

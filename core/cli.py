@@ -181,15 +181,16 @@ def _interrupt(signum, frame):
 
 
 def _bench(args) -> int:
+    import dataclasses
     import json
     import signal
     import torch
     from . import bench, distributed
-    from .runfolder import RunFolder, RunFolderError
+    from .runfolder import RunFolder
     ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
-    base = run_config(args, "ar")
+    base = dataclasses.replace(run_config(args, "ar"), model=args.model)
     bar = RankBar(ranks)
     signal.signal(signal.SIGTERM, _interrupt)  # a pre-empted job stops like Ctrl-C: every finished record stays
     try:
@@ -205,7 +206,7 @@ def _bench(args) -> int:
         else:
             sys.stderr.write("interrupted: nothing kept (give --out DIR to keep records and resume)\n")
         return 130
-    except RunFolderError as e:
+    except ValueError as e:  # a folder of another configuration, an unknown pair or spec: one line
         bar.close()
         if ranks.main:
             sys.stderr.write(f"error: {e}\n")
@@ -268,6 +269,9 @@ def _extend(p: argparse.ArgumentParser) -> None:
     b.add_argument("--prompts", type=int, default=20)
     _add_run_args(b, None)
     b.add_argument("--json", default=None, help="write the full result here")
+    b.add_argument("--model", default="embedded",
+                   help="model pair (default the embedded family; LlamaGen pairs on MULO_DEVICE, adherence and "
+                        "Fréchet distance only for the embedded family, whose classifier reads its domain)")
     b.add_argument("--out", default=None, metavar="DIR",
                    help="run folder: one line per finished record, config.json and summary.json; the same "
                         "command with the same --out resumes (needed under torchrun: a folder every rank reads)")
