@@ -66,7 +66,8 @@ class RunFolder:
             raise RunFolderError(f"{f} is missing; rank 0 writes it before the other ranks start")
 
     def records(self) -> dict[tuple, dict]:
-        """Every complete record in the folder's record files, by key (the first of duplicates)."""
+        """Every complete record in the folder's record files, by key (the first of duplicates), without
+        its tokens."""
         for f in sorted(self.path.glob("records-*.jsonl")):
             start = self._offsets.get(f, 0)
             with open(f, "rb") as fh:
@@ -78,6 +79,7 @@ class RunFolder:
                     continue
                 try:
                     r = json.loads(line)
+                    r.pop("tokens", None)  # the file keeps them; a merge of many records needs only figures
                     self._records.setdefault(record_key(r), r)
                 except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
                     raise RunFolderError(f"{f}: a record after byte {start} (line {n + 1} of the new part) is "
