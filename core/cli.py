@@ -199,12 +199,10 @@ def _bench(args) -> int:
                            ranks, bar)
     except KeyboardInterrupt:
         bar.close()
-        if args.out:
-            kept = len(RunFolder(args.out).records()) if ranks.main else None
-            if ranks.main:
-                sys.stderr.write(f"interrupted: {kept} records are kept in {args.out}; run the same command "
-                                 f"again to continue\n")
-        else:
+        if ranks.main and args.out:
+            sys.stderr.write(f"interrupted: {len(RunFolder(args.out).records())} records are kept in {args.out}; "
+                             f"run the same command again to continue\n")
+        elif ranks.main:
             sys.stderr.write("interrupted: nothing kept (give --out DIR to keep records and resume)\n")
         return 130
     except ValueError as e:  # a folder of another configuration, an unknown pair or spec: one line
