@@ -52,8 +52,8 @@ def one_process(bench_folder):
 def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(one_process):
     result = json.loads((one_process.parent / "one.json").read_text())
     assert result == json.loads((one_process / "summary.json").read_text())
-    assert result["specs"] == ["ar", "mulo:scale=4", "zipar:window=4"] and result["records"] == 9
-    assert result["summary"]["ar"]["passes"] == 1024 and result["summary"]["mulo:scale=4"]["drafter_nfe"] == 64
+    assert result["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"] and result["records"] == 9
+    assert result["summary"]["ar"]["passes"] == 1024 and result["summary"]["mulo:scale=4:context=verify"]["drafter_nfe"] == 64
     assert len(records(one_process)) == 9
 
 

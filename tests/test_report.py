@@ -24,8 +24,8 @@ def test_the_report_is_one_self_contained_page_with_the_frontier_bars_phases_and
         assert f'id="{div}"' in text
     summary = json.loads((bench_folder / "summary.json").read_text())
     rows = re.findall(r"<tr><td>([^<]+)</td>", text)
-    assert rows == summary["specs"] == ["ar", "mulo:scale=4", "zipar:window=4"]
-    passes = summary["summary"]["mulo:scale=4"]["passes_speedup"]
+    assert rows == summary["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"]
+    passes = summary["summary"]["mulo:scale=4:context=verify"]["passes_speedup"]
     assert f"<td>{passes:.2f}</td>" in text                    # the table shows the merged figures
 
 
