@@ -69,7 +69,7 @@ def _knob_inputs(vocab_size: int) -> dict:
     d = h.DEFAULTS
     k = {}
     k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
-                             info="the pairs whose weights are on this machine")
+                             info="the pairs whose weights are on this machine (on a Space: every pair)")
     k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method")
     k["seed"] = gr.Number(d["seed"], precision=0, minimum=0, label="Seed", elem_id="seed")
@@ -106,6 +106,8 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["cfg"] = gr.Slider(1.0, 8.0, d["cfg"], step=0.5, label="CFG scale (1 = no guidance)")
         k["temperature"] = gr.Slider(0.0, 2.0, d["temperature"], step=0.05, label="Temperature (0 = greedy)")
         k["top_k"] = gr.Slider(0, vocab_size, d["top_k"], step=1, label="Top-k (0 = off)")
+        k["cfg_interval"] = gr.Slider(-1, 256, d["cfg_interval"], step=1, label="CFG interval (-1 = every token)",
+                                      info="guidance for tokens 0 to N + 1 only, as LlamaGen's --cfg-interval N")
     return k
 
 
@@ -228,8 +230,9 @@ def build_demo() -> gr.Blocks:
                         concurrency_id="model", concurrency_limit=1)
         summary_file.upload(h.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
-        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["lantern_k"], knobs["scale"],
-                                                              pair_info], api_visibility="private")
+        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
+                                                              knobs["cfg_interval"], knobs["lantern_k"],
+                                                              knobs["scale"], pair_info], api_visibility="private")
         link_btn.click(h.share_link, knob_list, link, api_visibility="private")
         demo.load(h.from_query, None, knob_list, api_visibility="private")
     return demo

@@ -44,7 +44,7 @@ def parse_spec(spec: str, base: RunConfig) -> tuple[str, RunConfig]:
         key, value = kv.split("=", 1)
         key = key.replace("-", "_")
         if key in _SAMPLING_FIELDS:
-            sampling[key] = float(value) if key != "top_k" else int(value)
+            sampling[key] = int(value) if key in ("top_k", "cfg_interval") else float(value)
         elif key in _PARAM_TYPES:
             typ = _PARAM_TYPES[key]
             params[key] = int(value) if typ in (int, "int") else float(value) if typ in (float, "float") else value
@@ -151,6 +151,7 @@ def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> 
                 drafter_nfe=tr.totals["drafter_nfe"], wall_ms=wall, passed=tr.totals["passed_fraction"],
                 kept=tr.totals["kept_fraction"],
                 phase_ms={p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES},
+                target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target"),
                 adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens)
 
 
@@ -172,6 +173,7 @@ def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], 
             wall_speedup=wall_speedup(ar, rs),
             target_nfe_speedup=float(np.mean([r["target_nfe"] for r in ar]) / mean("target_nfe")),
             passed=_mean_or_none([r["passed"] for r in rs]), kept=_mean_or_none([r["kept"] for r in rs]),
+            fed_per_pass=float(np.sum([r["target_fed"] for r in rs]) / max(np.sum([r["target_nfe"] for r in rs]), 1)),
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
             adherence=_mean_or_none([r["adherence"] for r in rs]),
             frechet=None if clf is None else set_frechet(np.array([r["features"] for r in rs], dtype=np.float32),
@@ -239,7 +241,7 @@ def read_summary(text: str | bytes) -> dict:
 def table(result: dict) -> str:
     """Headline first: sequential passes (target + drafter) and wall-clock, each as a ratio to ar."""
     head = (f"{'method':<34}{'passes':>7}{'pass x':>7}{'wall s':>8}{'wall x':>7}{'tgt NFE':>8}{'drf NFE':>8}"
-            f"{'tgt x':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
+            f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
             f"({'/'.join(p[:6] for p in PHASES)})")
     lines = [head, "-" * len(head)]
     num = lambda x, digits: "-" if x is None else f"{x:.{digits}f}"  # noqa: E731
@@ -248,6 +250,6 @@ def table(result: dict) -> str:
         ph = "/".join(f"{s['phase_ms'][p]:.0f}" for p in PHASES)
         lines.append(f"{label:<34}{s['passes']:>7.0f}{s['passes_speedup']:>7.2f}{s['wall_ms'] / 1000:>8.2f}"
                      f"{s['wall_speedup']:>7.2f}{s['target_nfe']:>8.0f}{s['drafter_nfe']:>8.0f}"
-                     f"{s['target_nfe_speedup']:>7.2f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
+                     f"{s['target_nfe_speedup']:>7.2f}{s['fed_per_pass']:>7.1f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
                      f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}  {ph}")
     return "\n".join(lines)

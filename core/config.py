@@ -25,6 +25,7 @@ class SamplingConfig:
     temperature: float = 1.0    # 0 = greedy
     top_k: int = 0              # keep the k most likely tokens (0 = all)
     top_p: float = 1.0          # nucleus mass kept (1 = all)
+    cfg_interval: int = -1      # guide cells 0..cfg_interval+1 only, as LlamaGen's --cfg-interval (-1 = all)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(s.temperature >= 0.0, "temperature", ">= 0 (0 = greedy)", s.temperature)
     _check(0 <= s.top_k <= vocab_size, "top_k", f"in [0, {vocab_size}] (0 = off)", s.top_k)
     _check(0.0 < s.top_p <= 1.0, "top_p", "in (0, 1]", s.top_p)
+    _check(isinstance(s.cfg_interval, int) and s.cfg_interval >= -1, "cfg_interval", "an integer >= -1 (-1 = always)",
+           s.cfg_interval)
     _check(0 <= p.k < vocab_size, "k", f"in [0, {vocab_size - 1}]", p.k)
     _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
     _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),

@@ -36,7 +36,7 @@ def found_pairs() -> dict[str, str]:
 
 
 def pair_facts(name: str) -> dict:
-    """Codebook size, mulo scales and prompt kind of a pair, without loading it."""
+    """Codebook size, mulo scales, default sampling and prompt kind of a pair, without loading it."""
     from .embedded import family
     from .models import llamagen
     if name == "embedded":

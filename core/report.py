@@ -106,6 +106,7 @@ def phases(result: dict) -> go.Figure:
 COLUMNS = (("passes", "passes", "{:.0f}"), ("passes_speedup", "passes ×", "{:.2f}"), ("wall_ms", "wall s", None),
            ("wall_speedup", "wall ×", "{:.2f}"), ("target_nfe", "target NFE", "{:.0f}"),
            ("drafter_nfe", "drafter NFE", "{:.0f}"), ("target_nfe_speedup", "target NFE ×", "{:.2f}"),
+           ("fed_per_pass", "tokens / target pass", "{:.1f}"),
            ("passed", "passed", "{:.2f}"), ("kept", "kept", "{:.2f}"), ("adherence", "adherence", "{:.3f}"),
            ("frechet", "Fréchet", "{:.2f}"))
 

@@ -191,11 +191,11 @@ def test_a_pair_without_the_domain_classifier_merges_speed_with_quality_left_emp
     configs = bench.configs_of(["zipar"], RunConfig(model="llamagen-t2i"))
 
     def rec(spec, i, nfe):
-        return dict(spec=spec, prompt_index=i, worker="w", target_nfe=nfe, drafter_nfe=0, wall_ms=float(nfe),
-                    passed=None, kept=None, phase_ms=dict.fromkeys(PHASES, 1.0), adherence=None, features=None)
+        return dict(spec=spec, prompt_index=i, worker="w", target_nfe=nfe, target_fed=nfe, drafter_nfe=0,
+                    wall_ms=float(nfe), passed=None, kept=None, phase_ms=dict.fromkeys(PHASES, 1.0), adherence=None, features=None)
     by_spec = {"ar": [rec("ar", i, 1024) for i in range(3)], "zipar": [rec("zipar", i, 256) for i in range(3)]}
     result = bench.merge(configs, by_spec, scenes=[None] * 3, seed=0, clf=None)
     z = result["summary"]["zipar"]
     assert (z["passes_speedup"], z["adherence"], z["frechet"], result["model"]) == (4.0, None, None, "llamagen-t2i")
     assert bench.read_summary(json.dumps(result)) == result
-    assert bench.table(result).splitlines()[-1].split()[10:12] == ["-", "-"]
+    assert bench.table(result).splitlines()[-1].split()[11:13] == ["-", "-"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..config import SamplingConfig
 from ..models.gpt import GPT, GPTConfig
 from ..models.pair import ModelPair
 from ..models.vq import VQConfig, VQModel
@@ -115,7 +116,8 @@ def load_pair() -> ModelPair:
 
 
 def pair_facts() -> dict:
-    """Codebook size, mulo scales and prompt kind of the pair, read from the manifest (nothing loaded)."""
+    """Codebook size, mulo scales, default sampling and prompt kind of the pair, read from the manifest
+    (nothing loaded)."""
     vocab = read_manifest()["models"]["tokenizer"]["config"]["codebook_size"]
-    return dict(vocab_size=vocab, scales=(2, 4), prompt="the domain's words (sizes, colours, shapes, places, "
-                                                        "backgrounds)")
+    return dict(vocab_size=vocab, scales=(2, 4), sampling=SamplingConfig(),
+                prompt="the domain's words (sizes, colours, shapes, places, backgrounds)")
