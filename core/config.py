@@ -40,7 +40,7 @@ class MethodParams:
     upsampler: str = "pixel"    # mulo: pixel | nearest
     resample: str = "islands"   # mulo: serial | islands
     rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
-    context: str = "exact"      # mulo: exact (rewrite changed K/V before reading) | verify (keep verify-time K/V)
+    context: str = "verify"     # mulo: verify (passed cells keep verify-time K/V) | exact (rewrite changed K/V)
     gamma: int = 4              # sd/lantern: tokens drafted per cycle
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
     lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
