@@ -1,4 +1,4 @@
-"""Command line: `python -m core {train,export,evaluate,generate,bench} ...`. The only printing layer of the core."""
+"""Command line: `python -m core {train,export,evaluate,generate,bench,report} ...`. The only printing layer of the core."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +27,7 @@ class ProgressBar:
 
 def _train(args) -> int:
     import torch
-    from . import family, train
+    from .embedded import family, train
     torch.set_num_threads(args.threads) if args.threads else None
     grids = tuple(int(g) for g in args.grids.split(",")) if args.grids else ((32,) if args.job == "drafter" else (32, 16, 8))
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
@@ -49,7 +49,7 @@ def _train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .train import JOBS
+    from .embedded.train import JOBS
     p = argparse.ArgumentParser(prog="python -m core", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train (or resume) one model of the embedded family")
@@ -152,7 +152,7 @@ def _generate(args) -> int:
 
 def _export(args) -> int:
     import torch
-    from . import family, train
+    from .embedded import family, train
     run_dir = Path(args.run_dir or f"runs/{args.job}")
     state = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=False)
     cfg = train.TrainConfig(**state["config"])
@@ -165,30 +165,99 @@ def _export(args) -> int:
     return 0
 
 
+class RankBar:
+    """A tqdm bar on stderr per rank, with ETA: rank 0 counts the records of every rank, the others their own."""
+
+    def __init__(self, ranks):
+        self.ranks, self.bar = ranks, None
+
+    def __call__(self, done: int, total: int, info: str = "") -> None:
+        from tqdm import tqdm
+        if self.bar is None:  # records found in the folder count as done but not into the rate
+            desc = "bench, all ranks" if self.ranks.main else f"bench, rank {self.ranks.rank}"
+            self.bar = tqdm(total=total, initial=done, desc=desc, unit="run", position=self.ranks.rank,
+                            file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix_str(info, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _bench(args) -> int:
     import json
+    import signal
     import torch
-    from . import bench
+    from . import bench, distributed
+    from .runfolder import RunFolder
+    ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
     base = run_config(args, "ar")
-    result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base,
-                       ProgressBar("bench"))
+    bar = RankBar(ranks)
+    signal.signal(signal.SIGTERM, _interrupt)  # a pre-empted job stops like Ctrl-C: every finished record stays
+    try:
+        result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base, args.out,
+                           ranks, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        if ranks.main and args.out:
+            sys.stderr.write(f"interrupted: {len(RunFolder(args.out).records())} records are kept in {args.out}; "
+                             f"run the same command again to continue\n")
+        elif ranks.main:
+            sys.stderr.write("interrupted: nothing kept (give --out DIR to keep records and resume)\n")
+        return 130
+    except ValueError as e:  # a folder of another configuration, an unknown pair or spec: one line
+        bar.close()
+        if ranks.main:
+            sys.stderr.write(f"error: {e}\n")
+        return 2
+    finally:
+        distributed.leave(ranks)
+    bar.close()
+    if not ranks.main:
+        return 0
     print(bench.table(result))
+    if args.out:
+        print(f"records and summary.json in {args.out}; `python -m core report {args.out}` draws the report")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def _report(args) -> int:
+    from . import report
+    from .bench import SummaryError
+    try:
+        path = report.write(args.folder, args.html)
+    except (SummaryError, OSError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    print(f"wrote {path}")
     return 0
 
 
 def _evaluate(args) -> int:
     import json
     import torch
-    from . import evaluate
+    from . import distributed
+    from .embedded import evaluate
+    ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
-    figures = evaluate.run(args.what, args.prompts, ProgressBar(f"evaluate {args.what}"),
-                           grids=tuple(int(g) for g in args.grids.split(",")), record=args.record)
-    print(json.dumps(figures, indent=2))
+    label = f"evaluate {args.what}" + ("" if ranks.world == 1 else f", rank {ranks.rank}")
+    try:
+        figures = evaluate.run(args.what, args.prompts, ProgressBar(label),
+                               grids=tuple(int(g) for g in args.grids.split(",")), record=args.record, ranks=ranks)
+    finally:
+        distributed.leave(ranks)
+    if ranks.main:
+        print(json.dumps(figures, indent=2))
     return 0
 
 
@@ -206,7 +275,14 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     b.add_argument("--prompts", type=int, default=20)
     _add_run_args(b, model)
     b.add_argument("--json", default=None, help="write the full result here")
+    b.add_argument("--out", default=None, metavar="DIR",
+                   help="run folder: one line per finished record, config.json and summary.json; the same "
+                        "command with the same --out resumes (needed under torchrun: a folder every rank reads)")
     b.set_defaults(func=_bench)
+    r = sub.add_parser("report", help="one self-contained HTML page (Plotly) from a bench run folder")
+    r.add_argument("folder", help="a bench --out folder (or its summary.json)")
+    r.add_argument("--html", default=None, help="write the page here (default FOLDER/report.html)")
+    r.set_defaults(func=_report)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)
     x.add_argument("--run-dir", default=None)
@@ -235,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     _extend(parser, _chosen_model(argv))
     args = parser.parse_args(argv)
     from .config import ParameterError
-    from .domain import PromptError
-    from .family import AssetError
+    from .embedded.domain import PromptError
+    from .embedded.family import AssetError
     from .models.llamagen import UnsafeCheckpoint
     try:
         return args.func(args)

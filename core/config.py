@@ -69,12 +69,12 @@ def _check(ok: bool, name: str, allowed: str, value) -> None:
         raise ParameterError(f"{name} must be {allowed}; got {value!r}")
 
 
-def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
-    """Raise ParameterError for the first parameter out of range."""
+def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) -> None:
+    """Raise ParameterError for the first parameter out of range; `methods` names the decoding methods
+    there are (the engine passes its registry, which this module stays below)."""
     p, s = run.params, run.sampling
     H, W = grid
-    from .methods import registry
-    _check(run.method in registry(), "method", f"one of {', '.join(registry())}", run.method)
+    _check(run.method in methods, "method", f"one of {', '.join(methods)}", run.method)
     _check(isinstance(run.seed, int) and 0 <= run.seed < 2 ** 63, "seed", "an integer in [0, 2^63)", run.seed)
     _check(s.cfg >= 1.0, "cfg", ">= 1 (1 = no guidance)", s.cfg)
     _check(s.temperature >= 0.0, "temperature", ">= 0 (0 = greedy)", s.temperature)
