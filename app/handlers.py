@@ -57,9 +57,10 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "Everything accepted (τ = 0)": ("With τ = 0 every pooled mass passes: the image is the up-sampled draft, "
                                     "and the target runs one verification pass (after reading the prompt).",
                                     dict(tau=0.0)),
-    "A few rejection islands": ("A low τ with wide pooling: most proposals pass, and each rejection grows by "
-                                "the radius into a small island that the target resamples.",
-                                dict(tau=0.01, k=16, radius=1)),
+    "A few rejection islands": ("A low τ (0.01) with wide pooling (k = 128 neighbours): nearly every proposal "
+                                "passes τ, and each cell below τ grows by the radius l = 1 into a small island. "
+                                "A handful of islands, resampled in parallel; the rest is kept.",
+                                dict(tau=0.01, k=128, radius=1)),
     "Raster rejection": ("The classic rule: after the first rejection everything later in raster order is "
                          "thrown away. Compare its resample waves with local rejection.",
                          dict(rejection="raster")),
@@ -718,7 +719,7 @@ def preset(name: str) -> tuple:
 
 # the slider ranges of the numeric knobs (ui.py builds the sliders from them); a value the engine
 # accepts beyond a slider's end widens the slider instead of being clamped
-SLIDERS = dict(tau=(0.0, 1.0, 0.01), k=(0, 64, 1), radius=(0, 4, 1), draft_rows=(0, 16, 1),
+SLIDERS = dict(tau=(0.0, 1.0, 0.01), k=(0, 128, 1), radius=(0, 4, 1), draft_rows=(0, 16, 1),
                draft_window=(0, 16, 1), gamma=(1, 16, 1), delta=(0.0, 1.0, 0.05), sjd_window=(1, 64, 1),
                window=(1, 32, 1), cfg=(1.0, 8.0, 0.5), temperature=(0.0, 2.0, 0.05))
 # the symbols the page shows beside the field names the engine's messages use

@@ -285,6 +285,17 @@ def test_a_share_link_names_the_page_the_preset_and_every_knob():
     assert "tau=0.25" in link and "gradio_api" not in link
 
 
+def test_the_few_islands_preset_shows_a_few_small_islands_and_keeps_most_cells():
+    """What the preset's text promises, on the default prompt and seed."""
+    values = dict(zip(h.KNOBS, h.preset("A few rejection islands")))
+    trace = engine.run(h.run_config(*knobs(**{k: v for k, v in values.items() if k in h.KNOBS
+                                              and not isinstance(v, type(gr.skip()))})))
+    v = render.verdict(trace)
+    ids, sizes = np.unique(v.islands[v.islands > 0], return_counts=True)
+    assert 1 <= len(ids) <= 10 and sizes.max() <= 64, (len(ids), sizes)
+    assert trace.totals["kept_fraction"] >= 0.8 and trace.totals["passed_fraction"] >= 0.9
+
+
 def test_toggling_grid_lines_before_any_run_changes_nothing():
     assert all(isinstance(v, type(gr.skip())) for v in h.regrid(None, True))
 
