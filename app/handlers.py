@@ -254,7 +254,7 @@ NO_DRAFT = {
 NO_PROPOSAL = "No up-sampled proposal: only mulo drafts at low resolution and up-samples the draft."
 NO_ISLANDS = "{m} rejects nothing: every token it samples is final, so there are no islands."
 NO_BASELINE = ("No ar baseline for this trace (a replayed file carries only its own run). Press "
-               "\"Run the ar baseline\" to time one now.")
+               "\"Run or re-time the ar baseline\" to time one now.")
 
 
 _IMAGES_TAIL = ("the final image; and plain autoregressive decoding (ar) with the same prompt and seed, for "
@@ -378,15 +378,12 @@ def check_stop(session: str | None) -> None:
         raise Stopped
 
 
-def run_stoppable(cfg: RunConfig, pair, session: str | None = None, on_step=None) -> Trace:
-    """engine.stream to its Trace, ending with Stopped at the first step after a Stop of the session;
-    `on_step(step)` sees every step (it may yield nothing: live views use `stream_stoppable`)."""
+def run_stoppable(cfg: RunConfig, pair, session: str | None = None) -> Trace:
+    """engine.stream to its Trace, ending with Stopped at the first step after a Stop of the session."""
     for out in engine.stream(cfg, pair):
         if isinstance(out, Trace):
             return out
         check_stop(session)
-        if on_step is not None:
-            on_step(out)
     raise AssertionError("engine.stream ended without a Trace")
 
 
@@ -475,6 +472,8 @@ def generate(request: gr.Request | None, show_grid, *knobs):
         finally:
             events.close()
         _steps_seen[_run_key(run, (H, W))] = len(trace.steps)
+        while len(_steps_seen) > 64:                      # a bounded memory of recent settings
+            _steps_seen.pop(next(iter(_steps_seen)))
         run_at = time.time()
         baseline, timed = None, None
         if run.method != "ar":

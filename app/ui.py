@@ -96,8 +96,8 @@ def _more_knobs(vocab_size: int) -> dict:
         k["gamma"] = _slider("gamma", "γ: tokens drafted per cycle (sd, lantern)")
         k["delta"] = _slider("delta", "δ: probability mass moved (lantern)")
         k["lantern_k"] = gr.Slider(0, max(d["lantern_k"], vocab_size - 1), d["lantern_k"], step=1,
-                                   label="Neighbours considered (lantern)", info="capped at the codebook size", elem_classes=["knob"],
-                                   elem_id="lantern_k")
+                                   label="Neighbours considered (lantern)", info="capped at the codebook size",
+                                   elem_id="lantern_k", elem_classes=["knob"])
         k["sjd_window"] = _slider("sjd_window", "Jacobi window L (sjd)")
         k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd)")
     with gr.Accordion("ZipAR and sampling", open=False):
