@@ -337,6 +337,16 @@ def test_no_text_overlaps_another_at_two_screen_sizes(page, width, height, tmp_p
     page.evaluate("() => document.querySelectorAll('.overlap-probe').forEach((d) => d.remove())")
 
 
+def test_the_explanations_follow_the_chosen_method(page):
+    from playwright.sync_api import expect
+    page.locator("#method input").click()
+    page.get_by_role("option", name="sd", exact=True).click()
+    expect(page.get_by_text("Each tested position's probability of acceptance, min(1, p/q)")).to_be_visible()
+    page.locator("#method input").click()
+    page.get_by_role("option", name="mulo", exact=True).click()
+    expect(page.get_by_text("For every proposed token the target adds up")).to_be_visible()
+
+
 def test_generate_preset_prompt_and_the_four_knobs_sit_within_one_screen(page):
     page.set_viewport_size({"width": 1440, "height": 900})
     ids = ["preset", "prompt", "generate", "k", "tau", "scale", "radius"]

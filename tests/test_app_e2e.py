@@ -30,12 +30,32 @@ def test_generate_returns_images_plots_and_a_trace(client):
     assert "Done" in status
     assert all(v[k] and v[k].endswith(".png") for k in ("draft", "proposal", "final", "baseline", "canvas"))
     assert v["heatmap"]["type"] == "plotly" and "τ = 0" in v["heatmap"]["plot"]
+    traces = json.loads(v["heatmap"]["plot"])["data"]
+    assert [t["type"] for t in traces] == ["heatmap"]                        # τ = 0: every cell passes, no contour
     assert "fewer sequential passes than ar (target + drafter)" in v["stats"]
     with open(trace_path) as f:
         assert json.load(f)["schema"] == "mulo-trace/2"
     # the session keeps the run: the scrubber replays it
     canvas, caption = client.predict(3, False, api_name="/scrub")
     assert canvas.endswith(".png") and "Step 3 of" in caption
+
+
+def test_tau_one_says_the_speed_came_from_resampling_everything(client):
+    _, _, *views = client.predict(False, *knobs(tau=1.0), api_name="/generate")
+    stats = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))["stats"]
+    assert "Nothing of the draft was kept: every cell was resampled by the target" in stats
+    assert "| kept (not resampled, of all cells) | 0.0% |" in stats
+
+
+def test_an_sjd_run_maps_each_tested_position_and_says_why_panels_are_empty(client):
+    _, _, *views = client.predict(False, *knobs(method="sjd"), api_name="/generate")
+    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    fig = json.loads(v["heatmap"]["plot"])
+    assert fig["layout"]["title"]["text"].startswith("Probability of acceptance, min(1, p/p_prev)")
+    assert "tested drafts passed" in fig["layout"]["title"]["text"]
+    assert "verifies nothing" not in v["heatmap"]["plot"]
+    assert v["draft"].endswith(".png") and v["proposal"].endswith(".png")   # panels of words, not blanks
+    assert "draft failed its test" in v["islands_key"]
 
 
 def test_compare_runs_every_method_on_one_seed(client):
