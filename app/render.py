@@ -84,9 +84,11 @@ def verdict(trace) -> Verdict | None:
             continue
         found = True
         r0, r1 = s["band"]
-        v.pooled[r0:r1] = np.asarray(s["pooled"], dtype=np.float64)
-        v.accepted[r0:r1] = np.asarray(s["accepted"], dtype=bool)
-        v.rejected[r0:r1] = ~v.accepted[r0:r1]
+        pooled = np.asarray(s["pooled"], dtype=np.float64)      # null (NaN): not judged by this pass
+        judged = ~np.isnan(pooled)
+        v.pooled[r0:r1][judged] = pooled[judged]
+        v.accepted[r0:r1][judged] = np.asarray(s["accepted"], dtype=bool)[judged]
+        v.rejected[r0:r1][judged] = ~v.accepted[r0:r1][judged]
         v.resample[r0:r1] = np.asarray(s["resample"], dtype=bool)
         ids = np.asarray(s["islands"], dtype=np.int64)
         v.islands[r0:r1] = np.where(ids > 0, ids + seen, 0)
@@ -238,9 +240,10 @@ def _mark_step(img: np.ndarray, step: dict, shape: tuple[int, int]) -> np.ndarra
     if step["phase"] == "verify" and "band" in step:
         r0, r1 = step["band"]
         passed, below, swept = (np.zeros(shape, bool) for _ in range(3))
-        ok = np.asarray(step["accepted"], dtype=bool)
+        judged = ~np.isnan(np.asarray(step["pooled"], dtype=np.float64))   # null: not judged by this pass
+        ok = np.asarray(step["accepted"], dtype=bool) & judged
         res = np.asarray(step["resample"], dtype=bool)
-        passed[r0:r1], below[r0:r1], swept[r0:r1] = ok & ~res, ~ok, ok & res
+        passed[r0:r1], below[r0:r1], swept[r0:r1] = ok & ~res, ~ok & judged, ok & res
         return tint(tint(tint(img, passed, theme.ACCEPTED, 0.35), below, theme.REJECTED, 0.7),
                     swept, theme.RESAMPLED, 0.7)
     mask = np.zeros(shape, bool)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from core import engine
-from core.config import REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
+from core.config import CONTEXT_MODES, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
 from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
@@ -86,7 +86,10 @@ def _more_knobs(vocab_size: int) -> dict:
         k["seed"] = gr.Number(d["seed"], minimum=0, step=1, label="Seed", elem_id="seed", min_width=100)
     with gr.Accordion("More MuLo-SD knobs", open=False):
         k["rejection"] = gr.Radio(list(REJECTION_MODES), value=d["rejection"], label="Rejection",
-                                  info="local: only around rejections; raster: everything after the first")
+                                  info="local: only around rejections; raster: resample the first, draft again")
+        k["context"] = gr.Radio(list(CONTEXT_MODES), value=d["context"], label="Context while resampling",
+                                info="exact: rewrite K/V whose context changed; verify: passed tokens keep "
+                                     "the verify pass's K/V (cheaper)")
         k["resample"] = gr.Radio(list(RESAMPLE_MODES), value=d["resample"], label="Resampling",
                                  info="serial: one token per pass; islands: islands in parallel")
         k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")
@@ -106,10 +109,12 @@ def _more_knobs(vocab_size: int) -> dict:
         k["cfg"] = _slider("cfg", "CFG scale (1 = no guidance)")
         k["temperature"] = _slider("temperature", "Temperature (0 = greedy)")
         k["top_k"] = gr.Slider(0, vocab_size, d["top_k"], step=1, label="Top-k (0 = off)", elem_id="top_k",
-                                 elem_classes=["knob"])
+                               elem_classes=["knob"])
+        k["cfg_interval"] = _slider("cfg_interval", "CFG interval (-1 = every token)",
+                                    "guidance for tokens 0 to N + 1 only, as LlamaGen's --cfg-interval N")
     with gr.Accordion("Model pair", open=False):
         k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
-                                 info="the pairs whose weights are on this machine")
+                                 info="the pairs whose weights are on this machine (on a Space: every pair)")
         k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     return k
 
@@ -281,8 +286,9 @@ def build_demo() -> gr.Blocks:
         knobs["method"].change(h.explain_method, knobs["method"], [explain_images, explain_heatmap,
                                                                    explain_islands],
                                api_visibility="private", show_progress="hidden")
-        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["lantern_k"], knobs["scale"],
-                                                              pair_info], api_visibility="private")
+        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
+                                                              knobs["cfg_interval"], knobs["lantern_k"],
+                                                              knobs["scale"], pair_info], api_visibility="private")
         link_btn.click(h.share_link, [page_url, preset] + knob_list, link, js=PAGE_URL_JS, preprocess=False,
                        api_visibility="private")
         demo.load(h.from_query, None, knob_list + [preset, preset_info], api_visibility="private",
