@@ -174,11 +174,11 @@ def build_demo() -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=1, min_width=340):
-                preset = gr.Dropdown(list(h.PRESETS), value=None, label="Teaching preset", elem_id="preset",
-                                     info="one click, one phenomenon")
+                preset = gr.Dropdown(list(h.PRESETS), value=None, label="Teaching preset: one click, one phenomenon",
+                                     elem_id="preset")
                 preset_info = gr.Markdown(elem_classes=["explain"], elem_id="preset-info")
-                prompt = gr.Textbox(h.DEFAULTS["prompt"], label="Prompt", lines=2, elem_id="prompt",
-                                    info="sizes, colours, shapes, places, backgrounds")
+                prompt = gr.Textbox(h.DEFAULTS["prompt"], label="Prompt: sizes, colours, shapes, places, backgrounds",
+                                    lines=2, elem_id="prompt")
                 with gr.Row():
                     run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -244,8 +244,8 @@ def build_demo() -> gr.Blocks:
                     with gr.Tab("Sweep", id="sweep"):
                         _explain("sweep")
                         with gr.Row():
-                            taus = gr.Textbox("0, 0.05, 0.1, 0.3", label="mulo τ values")
-                            windows = gr.Textbox("4, 16", label="ZipAR windows")
+                            taus = gr.Textbox("0, 0.05, 0.1, 0.3", label="mulo τ values", elem_id="sweep-taus")
+                            windows = gr.Textbox("4, 16", label="ZipAR windows", elem_id="sweep-windows")
                         sweep_btn = gr.Button("Run the sweep", variant="primary", elem_id="sweep-run")
                         sweep_status = gr.Markdown(elem_id="sweep-status")
                         sweep_plot = gr.Plot(label="Speed vs quality", show_label=False, elem_id="sweep-plot")
