@@ -182,7 +182,6 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
-                status = gr.Markdown(elem_id="status")
                 knobs = _mission_knobs()
                 knobs |= _more_knobs(pair.vocab_size)
                 pair_info = knobs.pop("pair_info")
@@ -199,6 +198,9 @@ def build_demo() -> gr.Blocks:
             with gr.Column(scale=3):
                 with gr.Tabs():
                     with gr.Tab("Run", id="run"):
+                        # the run's status sits over its live canvas, so long messages never push the
+                        # knobs under Generate off the screen
+                        status = gr.Markdown(elem_id="status")
                         live = gr.Image(label="This run, as it streams (drafter q | target p)", type="numpy",
                                         format="png", interactive=False, visible=False, elem_id="live",
                                         elem_classes=["token-grid"], buttons=[])
