@@ -6,6 +6,7 @@ the problem, raised here at the boundary so the app stays up.
 """
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import threading
@@ -20,7 +21,7 @@ import gradio as gr
 import torch
 
 from core import bench, engine, report
-from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
+from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig, validate
 from core.embedded import family
 from core.embedded.domain import COLS, ROWS, PromptError, parse_prompt
 from core.embedded.evaluate import quality as measured_quality
@@ -59,9 +60,10 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "Everything accepted (τ = 0)": ("With τ = 0 every pooled mass passes: the image is the up-sampled draft, "
                                     "and the target runs one verification pass (after reading the prompt).",
                                     dict(tau=0.0)),
-    "A few rejection islands": ("A low τ with wide pooling: most proposals pass, and each rejection grows by "
-                                "the radius into a small island that the target resamples.",
-                                dict(tau=0.01, k=16, radius=1)),
+    "A few rejection islands": ("A low τ (0.01) with wide pooling (k = 128 neighbours): nearly every proposal "
+                                "passes τ, and each cell below τ grows by the radius l = 1 into a small island. "
+                                "A handful of islands, resampled in parallel; the rest is kept.",
+                                dict(tau=0.01, k=128, radius=1)),
     "Raster rejection": ("The classic rule: the proposal is kept up to the first rejection, the target "
                          "resamples that one token, then the drafter drafts the rest again and the target "
                          "verifies again, cycle after cycle. Compare its passes with local rejection.",
@@ -87,13 +89,13 @@ def user_errors(what: str = ""):
     try:
         yield
     except (ParameterError, PromptError, TraceError) as e:
-        raise gr.Error(f"{what}{e}") from None
+        raise user_error(f"{what}{with_symbol(str(e))}") from None
 
 
 def run_config(*knobs) -> RunConfig:
     """The RunConfig of knob values given in KNOBS order (gr.Error for a value of the wrong type)."""
     if len(knobs) != len(KNOBS):
-        raise gr.Error(f"expected {len(KNOBS)} knob values ({', '.join(KNOBS)}); got {len(knobs)}")
+        raise user_error(f"expected {len(KNOBS)} knob values ({', '.join(KNOBS)}); got {len(knobs)}")
     values = dict(zip(KNOBS, knobs))
     for name, v in values.items():
         try:
@@ -104,7 +106,7 @@ def run_config(*knobs) -> RunConfig:
             elif name in _FLOATS:
                 values[name] = float(v)
         except (TypeError, ValueError):
-            raise gr.Error(f"{name} must be {'an integer' if name in _INTS else 'a number'}; got {v!r}") from None
+            raise user_error(f"{name} must be {'an integer' if name in _INTS else 'a number'}; got {v}") from None
     return RunConfig(method=str(values["method"]), prompt=str(values["prompt"] or ""), seed=values["seed"],
                      sampling=SamplingConfig(**{f: values[f] for f in _SAMPLING_FIELDS}),
                      params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}),
@@ -117,8 +119,10 @@ def checked(cfg: RunConfig):
         pair = engine.load_pair(cfg.model)
         with user_errors():
             engine.context(cfg, pair)
+    except gr.Error:
+        raise
     except (ValueError, OSError) as e:  # unknown pair, bad prompt for it, weights missing or unreadable
-        raise gr.Error(str(e)) from None
+        raise user_error(str(e)) from None
     return pair
 
 
@@ -126,7 +130,7 @@ def model_facts(name: str) -> dict:
     try:
         return engine.pair_facts(name)
     except ValueError as e:
-        raise gr.Error(str(e)) from None
+        raise user_error(str(e)) from None
 
 
 def pair_markdown(name: str) -> str:
@@ -156,71 +160,180 @@ def pick_model(name: str):
             pair_markdown(name))
 
 
-_baselines: OrderedDict = OrderedDict()
+_baselines: OrderedDict = OrderedDict()   # key -> (ar Trace, epoch seconds it was timed)
 
 
-def ar_baseline(cfg: RunConfig, pair) -> Trace:
+def ar_baseline(cfg: RunConfig, pair, session: str | None = None, fresh: bool = False) -> Trace:
     """The ar run with cfg's prompt, seed and sampling; remembered, since a workshop reruns one
-    prompt with many knob settings."""
+    prompt with many knob settings (`fresh` times it again). Stoppable like any run of the session."""
+    return ar_baseline_timed(cfg, pair, session, fresh)[0]
+
+
+def ar_baseline_timed(cfg: RunConfig, pair, session: str | None = None,
+                      fresh: bool = False) -> tuple[Trace, float, bool]:
+    """(ar Trace, when it was timed, whether it was remembered rather than run now)."""
     key = (pair.name, cfg.prompt, cfg.seed, cfg.sampling)
-    if key not in _baselines:
-        _baselines[key] = engine.run(replace(cfg, method="ar", params=MethodParams()), pair)
+    remembered = key in _baselines and not fresh
+    if not remembered:
+        _baselines[key] = (run_stoppable(replace(cfg, method="ar", params=MethodParams()), pair, session),
+                           time.time())
         while len(_baselines) > 16:
             _baselines.popitem(last=False)
-    return _baselines[key]
+    trace, at = _baselines[key]
+    return trace, at, remembered
 
 
-def speedup(trace: Trace, baseline: Trace | None) -> tuple[float, float | None]:
-    """(target NFE ratio, wall-clock ratio) of ar over this run. ar spends one target pass per cell,
-    so the NFE ratio needs no baseline run; the wall ratio does."""
+def speedup(trace: Trace, baseline: Trace | None) -> tuple[float, float | None, float]:
+    """(sequential passes ratio, wall-clock ratio, target NFE ratio) of ar over this run. The headline
+    counts every sequential pass, the drafter's too (a drafter of the target's capacity costs as much
+    per pass); target NFE alone is the detail. ar spends one target pass per cell, so the pass ratios
+    need no baseline run; the wall ratio does."""
     H, W = trace.grid["target"]
-    ar_nfe = baseline.totals["target_nfe"] if baseline is not None else H * W
-    nfe = ar_nfe / max(trace.totals["target_nfe"], 1)
-    wall = None if baseline is None else baseline.totals["wall_ms"] / max(trace.totals["wall_ms"], 1e-9)
-    return nfe, wall
+    ar_passes = baseline.totals["target_nfe"] + baseline.totals["drafter_nfe"] if baseline is not None else H * W
+    t = trace.totals
+    passes = ar_passes / max(t["target_nfe"] + t["drafter_nfe"], 1)
+    target = ar_passes / max(t["target_nfe"], 1)
+    wall = None if baseline is None else baseline.totals["wall_ms"] / max(t["wall_ms"], 1e-9)
+    return passes, wall, target
 
 
 def _fraction(x) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
-def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
-    nfe, wall = speedup(trace, baseline)
-    head = f"### {nfe:.2f}× fewer target passes than ar"
-    head += f" · {wall:.2f}× wall-clock speedup" if wall is not None else " · wall-clock: no ar run to compare"
+def _clock(t: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t else "an earlier session"
+
+
+def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = None) -> str:
+    """The headline (sequential passes, target + drafter, and wall clock, each over ar), what the
+    speed was bought with (nothing kept: all resampled), when each wall figure was measured, and the
+    totals side by side. `timed` = {"run": epoch s, "baseline": epoch s, "baseline_remembered": bool}."""
+    passes, wall, target = speedup(trace, baseline)
+    t = trace.totals
+    if trace.method == "ar":
+        head = f"### ar is the reference: {t['target_nfe']} sequential passes, {t['wall_ms'] / 1000:.2f} s"
+        notes = []
+    else:
+        head = (f"### {passes:.2f}× fewer sequential passes than ar (target + drafter)" if passes >= 1 else
+                f"### {1 / passes:.2f}× more sequential passes than ar (target + drafter)")
+        head += f" · {wall:.2f}× wall clock" if wall is not None else " · wall clock: no ar run to compare"
+        notes = [f"Target passes alone: {target:.2f}× fewer than ar (detail: drafter passes not counted)."]
+    kept = trace.totals.get("kept_fraction")
+    if trace.method != "ar" and kept == 0:
+        notes.insert(0, "**Nothing of the draft was kept: every cell was resampled by the target**, so this "
+                        "speed comes from how the target resampled (islands in parallel), not from speculation.")
+    if wall is not None and timed and timed.get("run") is None:
+        notes.append(f"Wall clock: {trace.method} as recorded in the replayed trace (another time, perhaps another "
+                     f"machine), ar timed here at {_clock(timed.get('baseline'))}: a rough ratio.")
+    elif wall is not None and timed:
+        how = "remembered from" if timed.get("baseline_remembered") else "timed right after it, at"
+        notes.append(f"Wall clock: {trace.method} timed at {_clock(timed.get('run'))}, ar {how} "
+                     f"{_clock(timed.get('baseline'))}, one run at a time in this process; other load on the "
+                     f"machine moves both. *Run or re-time the ar baseline* times ar again now.")
     cols = [(trace.method, trace)] + ([("ar", baseline)] if baseline is not None else [])
     rows = ["| | " + " | ".join(c for c, _ in cols) + " |", "|---|" + "---|" * len(cols)]
-    for label, key, fmt in (("target NFE", "target_nfe", str), ("drafter NFE", "drafter_nfe", str),
-                            ("wall clock (ms)", "wall_ms", lambda x: f"{x:.0f}"),
-                            ("passed τ", "passed_fraction", _fraction),
-                            ("kept without resampling", "kept_fraction", _fraction)):
-        rows.append(f"| {label} | " + " | ".join(fmt(t.totals[key]) for _, t in cols) + " |")
-    return head + "\n\n" + "\n".join(rows)
+    for label, fmt in (("sequential passes (target + drafter)",
+                        lambda t: str(t["target_nfe"] + t["drafter_nfe"])),
+                       ("target NFE", lambda t: str(t["target_nfe"])),
+                       ("drafter NFE", lambda t: str(t["drafter_nfe"])),
+                       ("wall clock (ms)", lambda t: f"{t['wall_ms']:.0f}"),
+                       ("passed τ (of judged cells)" if trace.method == "mulo" else
+                        "passed the test (of judged drafts)", lambda t: _fraction(t["passed_fraction"])),
+                       ("kept (not resampled, of all cells)", lambda t: _fraction(t["kept_fraction"]))):
+        rows.append(f"| {label} | " + " | ".join(fmt(t.totals) for _, t in cols) + " |")
+    return head + "\n\n" + "\n\n".join(notes) + "\n\n" + "\n".join(rows)
 
 
 # the outputs every view refresh returns, in this order (ui.py maps them onto components)
-VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "timeline", "stats", "scrubber",
-         "canvas", "step")
+VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "islands_key", "timeline", "stats",
+         "scrubber", "canvas", "step")
+
+# why a panel is empty, by method (mulo fills every panel)
+NO_DRAFT = {
+    "ar": "ar has no drafter: the target writes every token itself, one per pass.",
+    "zipar": "zipar has no drafter: the target writes several rows at once, each row starting w tokens "
+             "behind the row above.",
+    "sd": "sd's drafter works at the target's own resolution, γ tokens per cycle, so there is no "
+          "low-resolution draft; the heatmap shows each draft's test.",
+    "lantern": "lantern's drafter works at the target's own resolution, γ tokens per cycle, so there is "
+               "no low-resolution draft; the heatmap shows each draft's relaxed test.",
+    "sjd": "sjd has no drafter: the target guesses a window of L tokens and refines them by Jacobi "
+           "iteration; the heatmap shows each position's test.",
+}
+NO_PROPOSAL = "No up-sampled proposal: only mulo drafts at low resolution and up-samples the draft."
+NO_ISLANDS = "{m} rejects nothing: every token it samples is final, so there are no islands."
+NO_BASELINE = ("No ar baseline for this trace (a replayed file carries only its own run). Press "
+               "\"Run or re-time the ar baseline\" to time one now.")
+
+
+_IMAGES_TAIL = ("the final image; and plain autoregressive decoding (ar) with the same prompt and seed, for "
+                "reference. Each square is one token.")
+# the explanations above the image row, the heatmap and the islands panel, by method
+METHOD_EXPLAIN = {
+    "mulo": ("**Left to right:** what the drafter drew at low resolution; that draft up-sampled to the full "
+             "grid (the *proposal*); " + _IMAGES_TAIL + " Click a cell of the proposal or the heatmap to inspect it.",
+             "For every proposed token the target adds up its probability and that of its k nearest codebook "
+             "neighbours (*pooled mass*, log scale). Cells at or above τ (green, black contour) **passed τ**; red "
+             "cells fell below it. Hover for the numbers, click for the cell card.",
+             "Red dots: cells below τ. Each tinted colour is one *island*: the cells below τ grown by the radius l, "
+             "all **resampled** by the target; every other cell is **kept** as proposed. Islands are "
+             "independent, so the target resamples them in parallel, a few passes instead of one per token."),
+    "ar": ("**Left to right:** ar has no draft and no proposal (the panels say why); " + _IMAGES_TAIL,
+           "ar tests nothing: every token is sampled from the target, one per pass.",
+           "ar rejects nothing, so there are no islands."),
+    "zipar": ("**Left to right:** zipar has no draft and no proposal (the panels say why); " + _IMAGES_TAIL,
+              "zipar tests nothing: the target samples every token, several rows at once.",
+              "zipar rejects nothing, so there are no islands."),
+}
+for _m, _rule in (("sd", "min(1, p/q)"), ("lantern", "min(1, p̃/q), with p̃ the target probability relaxed "
+                                                      "over the draft token's neighbours"),
+                  ("sjd", "min(1, p/p_prev), p_prev the previous Jacobi iterate")):
+    METHOD_EXPLAIN[_m] = (
+        f"**Left to right:** {_m} drafts at the full resolution, so there is no low-resolution draft or "
+        "proposal (the panels say why); " + _IMAGES_TAIL + " Click a cell of the heatmap to inspect it.",
+        f"Each tested position's probability of acceptance, {_rule}; a random draw decides. Green: the draft "
+        "**passed** and was kept; red with a cross: it failed and the target **resampled** that token from the "
+        "residual; blank: never tested (drawn from p directly).",
+        "The final image with a red dot on every token whose draft failed its test and was resampled.")
+
+
+def explain_method(method: str) -> tuple[str, str, str]:
+    """The explanations of the image row, the heatmap and the islands panel for the chosen method."""
+    return METHOD_EXPLAIN.get(method, METHOD_EXPLAIN["mulo"])
 
 
 def views(state: dict | None, show_grid: bool = False) -> tuple:
-    """Every view of the stored run, in VIEWS order. No model runs here."""
+    """Every view of the stored run, in VIEWS order. No model runs here. A panel a method cannot
+    fill says why in words."""
     if not state:
-        raise gr.Error("nothing to show yet: generate an image or upload a trace first")
+        raise user_error("nothing to show yet: generate an image or upload a trace first")
     trace, baseline = state["trace"], state.get("baseline")
+    m = trace.method
     tok = engine.load_pair(trace.model).tokenizer
     proposal = render.grid_image(trace.proposal, tok, False)
     v = render.verdict(trace)
+    t = render.tests(trace)
+    final = render.grid_image(trace.tokens, tok, show_grid)
+    if v is not None and proposal is not None:
+        islands = render.islands_image(proposal, v, show_grid)
+    elif t is not None:
+        islands = render.failed_image(render.grid_image(trace.tokens, tok, False), t, show_grid)
+    else:
+        islands = render.message_image(NO_ISLANDS.format(m=m))
     n = len(trace.steps)
-    return (render.grid_image(trace.draft, tok, show_grid),
-            None if proposal is None else (render.with_grid(proposal, *trace.grid["target"]) if show_grid
-                                           else proposal),
-            render.grid_image(trace.tokens, tok, show_grid),
-            None if baseline is None else render.grid_image(baseline.tokens, tok, show_grid),
-            plots.heatmap(trace, v),
-            None if v is None or proposal is None else render.islands_image(proposal, v, show_grid),
+    return (render.grid_image(trace.draft, tok, show_grid) if trace.draft is not None
+            else render.message_image(NO_DRAFT.get(m, f"{m} has no low-resolution draft.")),
+            render.message_image(NO_PROPOSAL) if proposal is None else
+            (render.with_grid(proposal, *trace.grid["target"]) if show_grid else proposal),
+            final,
+            render.message_image("This run is ar itself: it is the baseline." if m == "ar" else NO_BASELINE)
+            if baseline is None else render.grid_image(baseline.tokens, tok, show_grid),
+            plots.heatmap(trace, v, t),
+            islands,
+            render.islands_key(v, t),
             plots.timeline(trace, baseline),
-            stats_markdown(trace, baseline),
+            stats_markdown(trace, baseline, state.get("timed")),
             gr.Slider(minimum=0, maximum=n, value=n, step=1),
             render.canvas_image(render.replay(trace, n), tok, show_grid),
             render.step_caption(trace, n))
@@ -238,23 +351,97 @@ def _trace_file(trace: Trace) -> str:
     return path
 
 
-def _live(status: str, **shown) -> tuple:
-    """A streaming update: status and the given VIEWS (e.g. the canvases so far), the rest left as is."""
-    out = [gr.skip()] * (3 + len(VIEWS))
+log = logging.getLogger("mulo.app")
+
+
+def user_error(message: str) -> gr.Error:
+    """A mistake in the input: shown once in the page, one line in the server log, no traceback."""
+    log.warning("user input refused: %s", message)
+    return gr.Error(message, print_exception=False)
+
+
+class Stopped(Exception):
+    """The session pressed Stop; the run ends at its next step."""
+
+
+_running: dict[str | None, str] = {}    # session -> what it is running now (Generate, Compare, Sweep)
+_stop_at: dict[str | None, float] = {}  # session -> when Stop was last pressed
+
+
+def _session(request: gr.Request | None) -> str | None:
+    return request.session_hash if request is not None else None
+
+
+@contextmanager
+def running(session: str | None, what: str):
+    """Mark the session's run for `stop`; a Stop pressed before the run started does not end it."""
+    _running[session] = what
+    _stop_at.pop(session, None)
+    try:
+        yield
+    finally:
+        _running.pop(session, None)
+
+
+def check_stop(session: str | None) -> None:
+    if session in _stop_at:
+        raise Stopped
+
+
+def run_stoppable(cfg: RunConfig, pair, session: str | None = None) -> Trace:
+    """engine.stream to its Trace, ending with Stopped at the first step after a Stop of the session."""
+    for out in engine.stream(cfg, pair):
+        if isinstance(out, Trace):
+            return out
+        check_stop(session)
+    raise AssertionError("engine.stream ended without a Trace")
+
+
+def stop(request: gr.Request):
+    """The Stop button: the session's Generate, Compare or Sweep ends at its next step and says so
+    itself (its last update restores a consistent page). Says so when nothing is running."""
+    session = _session(request)
+    if session not in _running:
+        return "Nothing is running: Stop ends a Generate, Compare or Sweep while it runs."
+    _stop_at[session] = time.time()
+    return gr.skip()
+
+
+_steps_seen: dict[tuple, int] = {}   # (method, params, grid) -> steps of the last such run, for "about N"
+
+
+def _run_key(run: RunConfig, grid) -> tuple:
+    return run.method, run.params, tuple(grid)
+
+
+def expected_steps(run: RunConfig, grid) -> int:
+    """About how many steps the run will take: the last run with these knobs, else from the schedule
+    (ar, zipar exact; the speculative methods by a typical acceptance)."""
+    if _run_key(run, grid) in _steps_seen:
+        return _steps_seen[_run_key(run, grid)]
+    H, W = grid
+    p = run.params
+    if run.method == "ar":
+        return H * W
+    if run.method == "zipar":
+        return W + (H - 1) * min(p.window, W)
+    if run.method == "mulo":
+        h, w = H // p.scale, W // p.scale
+        draft = h * w if p.draft_window == 0 else w + (h - 1) * min(p.draft_window, w)
+        return draft + 2 + 8 * W // max(p.window, 1) + h
+    if run.method in ("sd", "lantern"):
+        return H * W * (p.gamma + 1) // 2
+    return H * W // 2
+
+
+def _live(status: str, live=None, stale: bool = True) -> tuple:
+    """A streaming update: the status, the live canvas, the previous run's views marked stale (or
+    not), every view itself left as is."""
+    out = [gr.skip()] * (5 + len(VIEWS))
     out[1] = status
-    for name, value in shown.items():
-        out[3 + VIEWS.index(name)] = value
+    out[3] = gr.Image(value=live, visible=True) if live is not None else gr.skip()
+    out[4] = gr.Column(elem_classes=["results", "stale"] if stale else ["results"])
     return tuple(out)
-
-
-_stop_requests: set[str] = set()   # sessions whose running generation should end at its next step
-
-
-def stop(request: gr.Request) -> str:
-    """The Stop button: Gradio cancels the event, but a step already running on a worker thread
-    still delivers its update; the flag makes the generation end at its next step whatever wins."""
-    _stop_requests.add(request.session_hash)
-    return "Stopped. The views still show the previous run; press Generate to start again."
 
 
 def fetching(name: str):
@@ -276,65 +463,88 @@ def fetching(name: str):
     while worker.is_alive():
         worker.join(0.5)
         if not seen:
-            yield _live(f"Downloading the **{name}** files from the Hugging Face hub (first use only)…")
+            yield _live(f"Downloading the **{name}** files from the Hugging Face hub (first use only)…", stale=False)
         elif "/" in seen["f"]:  # a whole repository (FLAN-T5-XL): counted in files
-            yield _live(f"Downloading {seen['f']}: {seen['done']} of {seen['total']} files…")
+            yield _live(f"Downloading {seen['f']}: {seen['done']} of {seen['total']} files…", stale=False)
         else:
-            yield _live(f"Downloading {seen['f']}: {seen['done'] / 2**20:.0f} of {seen['total'] / 2**20:.0f} MiB…")
+            yield _live(f"Downloading {seen['f']}: {seen['done'] / 2**20:.0f} of {seen['total'] / 2**20:.0f} MiB…",
+                        stale=False)
     if failed:
         raise gr.Error(str(failed[0]))
 
 
 @GPU
 def generate(request: gr.Request | None, show_grid, *knobs):
-    """Run the method given by the knobs (KNOBS order), streaming its canvas as it fills, then the ar
-    baseline; yields (state, status, trace file, *VIEWS). Ends early after `stop` for its session."""
-    session = request.session_hash if request is not None else None
-    _stop_requests.discard(session)
+    """Run the method given by the knobs (KNOBS order), streaming its canvases into the live panel
+    while the previous run's views stay, marked stale; then the ar baseline; then every view.
+    Yields (state, status, trace file, live canvas, results column, *VIEWS). After Stop the page
+    shows the previous run's complete views, and says so."""
+    session = _session(request)
     run = run_config(*knobs)
     yield from fetching(run.model)
     pair = checked(run)
     H, W = pair.grid
     draft = (H // run.params.scale, W // run.params.scale) if run.method == "mulo" else None
     live = render.Replay((H, W), draft)
+    about = expected_steps(run, (H, W))
     t0 = last = time.perf_counter()
-    trace, n = None, 0
-    events = engine.stream(run, pair)  # each step runs in its own inference mode: any worker thread may resume it
-    try:
-        while trace is None:
-            out = next(events)
-            if isinstance(out, Trace):
-                trace = out
-                continue
-            n += 1
-            if session in _stop_requests:
-                yield _live(f"Stopped after step {n - 1}. The views still show the previous run.")
+    n = 0
+    with running(session, "Generate"):
+        yield _live(f"Running **{run.method}**: starting… The views below show the previous run until "
+                    "this one is complete.")
+        events = engine.stream(run, pair)  # each step runs in its own inference mode: any worker thread may resume it
+        try:
+            while True:
+                out = next(events)
+                if isinstance(out, Trace):
+                    trace = out
+                    break
+                n += 1
+                if session in _stop_at:
+                    yield _stopped(run.method, f"at step {n - 1} of about {max(about, n)}")
+                    return
+                live.apply(out.to_dict())
+                if time.perf_counter() - last > 0.3:
+                    last = time.perf_counter()
+                    yield _live(f"Running **{run.method}**: step {n} of about {max(about, n)} ({out.phase}), "
+                                f"{last - t0:.1f} s. The views below show the previous run until this one is "
+                                "complete.", render.canvas_image(live, pair.tokenizer, show_grid))
+        finally:
+            events.close()
+        _steps_seen[_run_key(run, (H, W))] = len(trace.steps)
+        while len(_steps_seen) > 64:                      # a bounded memory of recent settings
+            _steps_seen.pop(next(iter(_steps_seen)))
+        run_at = time.time()
+        baseline, timed = None, None
+        if run.method != "ar":
+            yield _live(f"**{run.method}** done in {trace.totals['wall_ms'] / 1000:.1f} s; running the ar "
+                        "baseline for the same prompt and seed…")
+            try:
+                baseline, base_at, remembered = ar_baseline_timed(run, pair, session)
+            except Stopped:
+                yield _stopped(run.method, "while the ar baseline ran")
                 return
-            live.apply(out.to_dict())
-            if time.perf_counter() - last > 0.3:
-                last = time.perf_counter()
-                # the canvases fill the draft and final slots, where the eye already is
-                yield _live(f"Running **{run.method}**: step {n} ({out.phase}), {last - t0:.1f} s",
-                            draft=render.grid_image(live.draft, pair.tokenizer, show_grid),
-                            final=render.grid_image(live.target, pair.tokenizer, show_grid))
-    finally:
-        events.close()
-    baseline = None
-    if run.method != "ar":
-        yield _live(f"**{run.method}** done in {trace.totals['wall_ms'] / 1000:.1f} s; running the ar baseline "
-                    "for the same prompt and seed…")
-        baseline = ar_baseline(run, pair)
-    state = dict(trace=trace, baseline=baseline)
-    yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), *views(state, show_grid))
+            timed = dict(run=run_at, baseline=base_at, baseline_remembered=remembered)
+    state = dict(trace=trace, baseline=baseline, timed=timed)
+    yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), gr.Image(value=None, visible=False),
+           gr.Column(elem_classes=["results"]), *views(state, show_grid))
+
+
+def _stopped(method: str, when: str) -> tuple:
+    """The last update of a stopped Generate: live panel gone, previous views no longer stale."""
+    out = list(_live(f"Stopped **{method}** {when}. The views show the previous run, complete (or nothing, "
+                     "if there was none); press Generate to start again.", stale=False))
+    out[3] = gr.Image(value=None, visible=False)
+    return tuple(out)
 
 
 def load_trace(path: str | None) -> Trace:
     """Read an uploaded trace as data only: size, JSON, schema and grids checked (gr.Error otherwise)."""
     if not path:
-        raise gr.Error("no file: choose a trace JSON file to replay")
+        raise user_error("no file: choose a trace JSON file to replay")
     size = os.path.getsize(path)
     if size > MAX_BYTES:
-        raise gr.Error(f"the trace file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
+        raise user_error(f"the trace file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
     with open(path, "rb") as f:
         text = f.read()
     with user_errors("cannot replay this trace: "):
@@ -342,10 +552,10 @@ def load_trace(path: str | None) -> Trace:
     try:
         pair = engine.load_pair(trace.model)
     except ValueError as e:
-        raise gr.Error(f"cannot replay this trace: {e}") from None
+        raise user_error(f"cannot replay this trace: {e}") from None
     top = max(max(map(max, g)) for g in (trace.tokens, trace.proposal, trace.draft) if g is not None)
     if top >= pair.vocab_size:
-        raise gr.Error(f"cannot replay this trace: token {top} is outside the {pair.name} codebook "
+        raise user_error(f"cannot replay this trace: token {top} is outside the {pair.name} codebook "
                        f"(size {pair.vocab_size})")
     return trace
 
@@ -357,8 +567,9 @@ def replay(path, show_grid=False):
     try:
         shown = views(state, show_grid)
     except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise gr.Error(f"cannot replay this trace: its steps are malformed ({type(e).__name__}: {e})") from None
-    return (state, f"Replayed an uploaded **{trace.method}** trace (seed {trace.seed}); no model ran.",
+        raise user_error(f"cannot replay this trace: its steps are malformed ({type(e).__name__}: {e})") from None
+    return (state, f"Replayed an uploaded **{trace.method}** trace (seed {trace.seed}); no model ran. It has "
+                   "no ar baseline: press *Run or re-time the ar baseline* (Run tab) to time one.",
             _trace_file(trace), *shown)
 
 
@@ -382,6 +593,44 @@ def inspect_cell(state, evt: gr.SelectData):
     return render.cell_details(trace, render.verdict(trace), i, j)
 
 
+def inspect_heatmap(state, clicked: str):
+    """The same cell card for a heatmap click ("i,j,…" written by the page's click listener)."""
+    if not state or not clicked:
+        return gr.skip()
+    trace = state["trace"]
+    H, W = trace.grid["target"]
+    try:
+        i, j = (int(x) for x in clicked.split(",")[:2])
+    except ValueError:
+        return gr.skip()
+    return render.cell_details(trace, render.verdict(trace), min(max(i, 0), H - 1), min(max(j, 0), W - 1))
+
+
+@GPU
+def add_baseline(request: gr.Request | None, state, show_grid=False):
+    """Run (or time again) the ar baseline of the stored run, e.g. a replayed trace that has none;
+    yields (state, status, *VIEWS)."""
+    if not state:
+        raise user_error("nothing to compare yet: generate an image or upload a trace first")
+    trace = state["trace"]
+    session = _session(request)
+    sampling = {f: trace.params[f] for f in ("cfg", "temperature", "top_k", "top_p") if f in trace.params}
+    cfg = RunConfig(method="ar", prompt=trace.prompt, seed=trace.seed, sampling=SamplingConfig(**sampling),
+                    model=trace.model)
+    pair = checked(cfg)
+    with running(session, "the ar baseline"):
+        yield (gr.skip(), "Running the ar baseline for this trace's prompt and seed…",
+               *(gr.skip() for _ in VIEWS))
+        try:
+            baseline, at, _ = ar_baseline_timed(cfg, pair, session, fresh=True)
+        except Stopped:
+            yield (gr.skip(), "Stopped the ar baseline; the views are unchanged.", *(gr.skip() for _ in VIEWS))
+            return
+    new = dict(state, baseline=baseline, timed=dict(run=(state.get("timed") or {}).get("run"), baseline=at,
+                                                    baseline_remembered=False))
+    yield (new, f"ar baseline timed for seed {trace.seed}.", *views(new, show_grid))
+
+
 @lru_cache(maxsize=1)
 def _classifier():
     """The domain's attribute classifier (shipped in assets/, like the models it judges)."""
@@ -397,52 +646,73 @@ def quality(img, prompt: str, model: str = "embedded") -> tuple[float | None, st
     return measured_quality([img], [parse_prompt(prompt)], clf)["adherence"], "prompt adherence (classifier)"
 
 
+COMPARE_COLUMNS = ["method", "passes (target + drafter)", "target NFE", "drafter NFE", "wall ms",
+                   "passed test", "kept", "passes speedup", "wall speedup", "target NFE speedup (detail)",
+                   "quality", "note"]
+
+
 @GPU
-def compare(*knobs):
+def compare(request: gr.Request | None, *knobs):
     """Every registered method on the same prompt, seed and knobs (KNOBS order), speed beside
-    quality; yields (gallery, table, figure, status) before each method and at the end."""
+    quality; ar is timed first in this same comparison, so every wall ratio has comparable
+    conditions. Yields (gallery, table, figure, status) before each method and at the end."""
+    session = _session(request)
     run = run_config(*knobs)
     pair = checked(run)
-    base = None
     gallery, rows, table = [], [], []
-    methods = list(registry())
+    methods = ["ar"] + [m for m in registry() if m != "ar"]
     measure = "quality"
-    for n, m in enumerate(methods):
-        yield gallery, table, plots.compare_bars(rows, measure), f"Running {m} ({n + 1} of {len(methods)})…"
-        cfg_m = replace(run, method=m)
+    with running(session, "Compare"):
         try:
-            engine.context(cfg_m, pair)
-        except ValueError as e:
-            table.append([m, None, None, None, None, None, None, None, f"skipped: {e}"])
-            continue
-        trace = ar_baseline(run, pair) if m == "ar" else engine.run(cfg_m, pair)
-        base = base or ar_baseline(run, pair)
-        nfe, wall = speedup(trace, base)
-        img = engine.decode_image(trace.tokens, pair.tokenizer)
-        score, measure = quality(img, run.prompt, run.model)
-        rows.append(dict(method=m, quality=float("nan") if score is None else score, **trace.totals))
-        table.append([m, trace.totals["target_nfe"], trace.totals["drafter_nfe"], round(trace.totals["wall_ms"]),
-                      _fraction(trace.totals["kept_fraction"]), round(nfe, 2), round(wall, 2),
-                      None if score is None else round(score, 3), ""])
-        gallery.append((render.crisp(img), f"{m}: {trace.totals['target_nfe']} NFE"))
+            base = None
+            for n, m in enumerate(methods):
+                yield gallery, table, plots.compare_bars(rows, measure), f"Running {m} ({n + 1} of {len(methods)})…"
+                cfg_m = replace(run, method=m)
+                try:
+                    engine.context(cfg_m, pair)
+                except ValueError as e:
+                    table.append([m] + [None] * (len(COMPARE_COLUMNS) - 2) + [f"skipped: {e}"])
+                    continue
+                trace = ar_baseline(run, pair, session, fresh=True) if m == "ar" else \
+                    run_stoppable(cfg_m, pair, session)
+                base = base or trace
+                passes, wall, target = speedup(trace, base)
+                img = engine.decode_image(trace.tokens, pair.tokenizer)
+                score, measure = quality(img, run.prompt, run.model)
+                t = trace.totals
+                rows.append(dict(method=m, quality=float("nan") if score is None else score, passes=passes,
+                                 **t))
+                table.append([m, t["target_nfe"] + t["drafter_nfe"], t["target_nfe"], t["drafter_nfe"],
+                              round(t["wall_ms"]), _fraction(t["passed_fraction"]), _fraction(t["kept_fraction"]),
+                              round(passes, 2), round(wall, 2), round(target, 2),
+                              None if score is None else round(score, 3),
+                              "timed first, as the reference" if m == "ar" else ""])
+                gallery.append((render.crisp(img), m))
+        except Stopped:
+            yield (gallery, table, plots.compare_bars(rows, measure),
+                   f"Stopped after {len(rows)} of {len(methods)} methods; the table shows those finished.")
+            return
     yield (gallery, table, plots.compare_bars(rows, measure),
-           f"Compared {len(rows)} methods on seed {run.seed}; quality = {measure}.")
+           f"Compared {len(rows)} methods on seed {run.seed}, each timed in this comparison, one after "
+           f"another; quality = {measure}.")
 
 
 def _numbers(text: str, name: str, cast, most: int = 6) -> list:
     try:
         vals = [cast(x) for x in str(text).replace(";", ",").split(",") if x.strip()]
     except ValueError:
-        raise gr.Error(f"{name} must be a comma-separated list of numbers; got {text!r}") from None
+        raise user_error(f"{name} must be a comma-separated list of numbers; got {text}") from None
     if not 1 <= len(vals) <= most:
-        raise gr.Error(f"{name}: give 1 to {most} values (each costs a full run); got {len(vals)}")
+        raise user_error(f"{name}: give 1 to {most} values (each costs a full run); got {len(vals)}")
     return vals
 
 
 @GPU
-def sweep(taus, windows, *knobs):
+def sweep(request: gr.Request | None, taus, windows, *knobs):
     """mulo over the given taus and zipar over the given windows, other knobs as given (KNOBS order):
-    NFE speedup over ar against the quality proxy. Yields (figure, status) before each run."""
+    speedup in sequential passes (target + drafter) over ar against the quality proxy. Yields
+    (figure, status) before each run."""
+    session = _session(request)
     tau_list = _numbers(taus, "taus", float)
     window_list = _numbers(windows, "windows", int)
     run = replace(run_config(*knobs), method="mulo")
@@ -452,21 +722,27 @@ def sweep(taus, windows, *knobs):
         checked(c)
     pair = engine.load_pair(run.model)
     points = []
-    yield plots.message("running the ar baseline…"), "Running the ar baseline…"
-    base = ar_baseline(run, pair)
-    ar_quality, measure = quality(engine.decode_image(base.tokens, pair.tokenizer), run.prompt, run.model)
-    if ar_quality is None:
-        raise gr.Error(f"the sweep plots speed against quality, which is measured for the embedded pair only; "
-                       f"{run.model} has no quality measure")
-    points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality))
-    for n, (m, label, c) in enumerate(jobs, start=1):
-        yield plots.sweep_figure(points, measure), f"Running {m} {label} ({n} of {len(jobs)})…"
-        trace = engine.run(c, pair)
-        img = engine.decode_image(trace.tokens, pair.tokenizer)
-        acc = trace.totals["kept_fraction"]
-        points.append(dict(method=m, label=label if acc is None else f"{label}, {_fraction(acc)} kept",
-                           speedup=speedup(trace, base)[0],
-                           quality=quality(img, run.prompt, run.model)[0]))
+    with running(session, "Sweep"):
+        try:
+            yield plots.message("running the ar baseline…"), "Running the ar baseline…"
+            base = ar_baseline(run, pair, session)
+            ar_quality, measure = quality(engine.decode_image(base.tokens, pair.tokenizer), run.prompt, run.model)
+            if ar_quality is None:
+                raise user_error(f"the sweep plots speed against quality, which is measured for the embedded "
+                                 f"pair only; {run.model} has no quality measure")
+            points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality))
+            for n, (m, label, c) in enumerate(jobs, start=1):
+                yield plots.sweep_figure(points, measure), f"Running {m} {label} ({n} of {len(jobs)})…"
+                trace = run_stoppable(c, pair, session)
+                img = engine.decode_image(trace.tokens, pair.tokenizer)
+                kept = trace.totals["kept_fraction"]
+                points.append(dict(method=m, label=label if kept is None else f"{label}, {_fraction(kept)} kept",
+                                   speedup=speedup(trace, base)[0],
+                                   quality=quality(img, run.prompt, run.model)[0]))
+        except Stopped:
+            yield (plots.sweep_figure(points, "prompt adherence (classifier)"),
+                   f"Stopped after {len(points) - 1} of {len(jobs)} settings; the figure shows those finished.")
+            return
     yield plots.sweep_figure(points, measure), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
 
 
@@ -492,7 +768,7 @@ def open_summary(path):
 def preset(name: str) -> tuple:
     """Knob values of a preset (defaults for every knob it leaves alone), then its explanation."""
     if name not in PRESETS:
-        raise gr.Error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        raise user_error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     text, overrides = PRESETS[name]
     values = {**DEFAULTS, **overrides}
     # a preset changes how we decode, not what we draw, with what, nor the pair's sampling
@@ -500,41 +776,99 @@ def preset(name: str) -> tuple:
     return (*(gr.skip() if k in keep else values[k] for k in KNOBS), f"**{name}.** {text}")
 
 
+# the slider ranges of the numeric knobs (ui.py builds the sliders from them); a value the engine
+# accepts beyond a slider's end widens the slider instead of being clamped
+SLIDERS = dict(tau=(0.0, 1.0, 0.01), k=(0, 128, 1), radius=(0, 4, 1), draft_rows=(0, 16, 1),
+               draft_window=(0, 16, 1), gamma=(1, 16, 1), delta=(0.0, 1.0, 0.05), sjd_window=(1, 64, 1),
+               window=(1, 32, 1), cfg=(1.0, 8.0, 0.5), temperature=(0.0, 2.0, 0.05),
+               cfg_interval=(-1, 256, 1))
+# the symbols the page shows beside the field names the engine's messages use
+SYMBOLS = dict(tau="τ", scale="r", radius="l", window="w", gamma="γ", delta="δ", sjd_window="L")
+
+
+def with_symbol(message: str) -> str:
+    """'tau must be …' -> 'τ (tau) must be …': the engine's message with the symbol the page shows."""
+    name = message.split(" ", 1)[0]
+    return f"{SYMBOLS[name]} ({name}){message[len(name):]}" if name in SYMBOLS else message
+
+
+def _check_one(name: str, value, pair) -> str | None:
+    """Why `name` = `value` (already of the right type) is refused by the engine, or None."""
+    try:
+        cfg = run_config(*[value if k == name else DEFAULTS[k] for k in KNOBS])
+        validate(cfg, pair.vocab_size, pair.grid)
+    except ParameterError as e:
+        return str(e)
+    except gr.Error as e:
+        return e.message
+    return None
+
+
 def from_query(request: gr.Request) -> tuple:
     """Knob values from the page's query string (?tau=0.2&method=mulo…, or ?preset=<name> with
-    knobs on top); unknown or bad keys warn and are ignored."""
+    knobs on top), then the preset menu and its text. A value the engine refuses is not loaded: a
+    warning names the knob, its range and the value kept; one log line per refused value."""
     params = dict(request.query_params) if request is not None else {}
-    base = {}
+    base, chosen_preset, preset_text = {}, gr.skip(), gr.skip()
     if "preset" in params:
         if params["preset"] in PRESETS:
-            chosen = {**DEFAULTS, **PRESETS[params["preset"]][1]}
+            name = params["preset"]
+            chosen = {**DEFAULTS, **PRESETS[name][1]}
             base = {k: v for k, v in chosen.items() if k not in ("prompt", "seed", "model")}
+            chosen_preset, preset_text = name, preset(name)[-1]
         else:
-            gr.Warning(f"ignored unknown preset {params['preset']!r} from the link")
+            _refuse(f"ignored preset={params['preset']} from the link: not one of {', '.join(PRESETS)}")
+    model = params.get("model", DEFAULTS["model"])
+    if model not in engine.found_pairs():
+        model = DEFAULTS["model"]
+    pair = engine.load_pair(model)
     out = []
     for k in KNOBS:
+        kept = base.get(k, gr.skip())
         if k not in params:
-            out.append(base.get(k, gr.skip()))
+            out.append(kept)
             continue
         v = params[k]
         if k == "model" and v not in engine.found_pairs():
-            gr.Warning(f"ignored model={v!r} from the link: not found on this machine")
-            out.append(base.get(k, gr.skip()))
+            _refuse(f"ignored model={v} from the link: not found on this machine")
+            out.append(kept)
             continue
         try:
-            out.append(int(v) if k in _INTS else float(v) if k in _FLOATS else v)
+            value = float(v) if k in _INTS | _FLOATS else v
+            if k in _INTS:
+                if value != int(value):
+                    raise ValueError
+                value = int(value)
         except ValueError:
-            gr.Warning(f"ignored {k}={v!r} from the link: not a number")
-            out.append(base.get(k, gr.skip()))
-    for k in set(params) - set(KNOBS) - {"preset"}:
-        gr.Warning(f"ignored unknown link parameter {k!r}")
-    return tuple(out)
+            _refuse(f"ignored {k}={v} from the link: {k} must be {'an integer' if k in _INTS else 'a number'}")
+            out.append(kept)
+            continue
+        why = _check_one(k, value, pair)
+        if why is not None:
+            now = base.get(k, DEFAULTS[k])
+            _refuse(f"ignored {k}={v} from the link: {with_symbol(why)}; {k} stays {now}")
+            out.append(kept)
+            continue
+        lo, hi, _ = SLIDERS.get(k, (None, None, None))
+        if lo is not None and not lo <= value <= hi:   # the engine accepts it: widen the slider, never clamp
+            out.append(gr.update(value=value, minimum=min(lo, value), maximum=max(hi, value)))
+        else:
+            out.append(value)
+    for k in sorted(set(params) - set(KNOBS) - {"preset"}):
+        _refuse(f"ignored unknown link parameter {k}")
+    return (*out, chosen_preset, preset_text)
 
 
-def share_link(request: gr.Request, *knobs) -> str:
-    """A link that reopens the app with these knob values (KNOBS order)."""
-    base = str(request.url).split("?")[0] if request is not None else ""
-    return f"{base}?{urlencode(dict(zip(KNOBS, knobs)))}"
+def _refuse(message: str) -> None:
+    log.warning("link refused: %s", message)
+    gr.Warning(message)
+
+
+def share_link(page_url: str, preset_name: str | None, *knobs) -> str:
+    """A link that reopens the app at `page_url` (the address the browser shows, without its query)
+    with these knob values (KNOBS order) and, when one is chosen, the preset's name."""
+    query = ({"preset": preset_name} if preset_name else {}) | dict(zip(KNOBS, knobs))
+    return f"{str(page_url or '').split('?')[0]}?{urlencode(query)}"
 
 
 NO_OBJECT = "(none)"
@@ -546,7 +880,7 @@ def build_prompt(size1, colour1, shape1, place1, size2, colour2, shape2, place2,
     objects = [f"a {size1} {colour1} {shape1} {place1}"]
     if shape2 and shape2 != NO_OBJECT:
         if place2 == place1:
-            raise gr.Error("the two objects share one position; give each object its own place")
+            raise user_error("the two objects share one position; give each object its own place")
         objects.append(f"a {size2} {colour2} {shape2} {place2}")
     article = "an" if background[0] in "aeiou" else "a"
     return f"{' and '.join(objects)} on {article} {background} {bg_colour} background"

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import theme
-from .render import Verdict
+from .render import Tests, Verdict
 
 LOG_FLOOR = -4.0      # pooled mass is shown on a log10 scale clipped here (1e-4)
 MARGIN = dict(l=10, r=10, t=40, b=10)
@@ -26,35 +26,75 @@ def _log(x):
     return np.clip(np.log10(np.maximum(x, 1e-12)), LOG_FLOOR, 0.0)
 
 
-def heatmap(trace, v: Verdict | None) -> go.Figure:
-    """Pooled probability per target cell (log scale), coloured red below tau and green above, with
-    the tau contour drawn; hover gives position, proposal token, pooled mass, verdict and island."""
+def heatmap(trace, v: Verdict | None, t: Tests | None = None) -> go.Figure:
+    """mulo: pooled probability per target cell (log scale), red below τ and green at or above it,
+    the τ contour drawn (none at τ = 0, where every cell passes); hover gives position, proposal
+    token, pooled mass, passed τ or not, kept or resampled and the island. sd / lantern / sjd: the
+    probability of acceptance of each tested position and whether its draft passed."""
+    if v is None and t is not None:
+        return _test_heatmap(trace, t)
     if v is None:
-        return message(f"{trace.method} verifies nothing: no acceptance heatmap")
+        return message(f"{trace.method} drafts and verifies nothing: each token is sampled from the target "
+                       f"once, so there is no acceptance to map")
     H, W = v.pooled.shape
     t = (max(_log(v.tau), LOG_FLOOR) - LOG_FLOOR) / -LOG_FLOOR   # tau on the [0, 1] colour axis
     below, above = theme.REJECTED, theme.ACCEPTED
     scale = [[0.0, below], [t - 1e-6, "#fde0dd"], [t, "#c7e9c0"], [1.0, above]] if 0 < t < 1 \
         else [[0.0, "#c7e9c0"], [1.0, above]] if t <= 0 else [[0.0, below], [1.0, "#fde0dd"]]
     proposal = np.asarray(trace.proposal) if trace.proposal is not None else np.full((H, W), -1)
-    verdict_word = np.where(v.accepted, "accepted", np.where(np.isnan(v.pooled), "not verified", "rejected"))
-    custom = np.stack([proposal.astype(object), np.round(v.pooled, 5).astype(object), verdict_word.astype(object),
-                       v.islands.astype(object)], axis=-1)
+    passed = np.where(v.accepted, "passed τ", np.where(np.isnan(v.pooled), "not verified", "below τ"))
+    fate = np.where(~v.resample, "kept", np.where(v.rejected, "resampled, island ", "swept into island "))
+    fate = np.where(v.resample, np.char.add(fate.astype(str), v.islands.astype(str)), fate)
+    custom = np.stack([proposal.astype(object), np.round(v.pooled, 5).astype(object), passed.astype(object),
+                       fate.astype(object)], axis=-1)
     fig = go.Figure(go.Heatmap(
         z=_log(v.pooled), zmin=LOG_FLOOR, zmax=0.0, colorscale=scale, customdata=custom, name="pooled",
         hovertemplate="cell (%{y}, %{x})<br>proposal token %{customdata[0]}<br>pooled mass %{customdata[1]}"
-                      "<br>%{customdata[2]}<br>island %{customdata[3]}<extra></extra>",
-        colorbar=dict(title="pooled", tickvals=[-4, -3, -2, -1, 0, _log(v.tau) if v.tau > 0 else LOG_FLOOR],
-                      ticktext=["1e-4", "1e-3", "0.01", "0.1", "1", f"τ={v.tau:g}"])))
-    fig.add_trace(go.Contour(z=_log(v.pooled), contours=dict(start=_log(v.tau), end=_log(v.tau), size=1,
-                                                             coloring="none"),
-                             line=dict(color="black", width=2), showscale=False, hoverinfo="skip",
-                             name=f"τ = {v.tau:g}", showlegend=True))
+                      "<br>%{customdata[2]}<br>%{customdata[3]}<extra></extra>",
+        colorbar=_pooled_colorbar(v.tau)))
+    if v.tau > 0:
+        fig.add_trace(go.Contour(z=_log(v.pooled), contours=dict(start=_log(v.tau), end=_log(v.tau), size=1,
+                                                                 coloring="none"),
+                                 line=dict(color="black", width=2), showscale=False, hoverinfo="skip",
+                                 name=f"τ = {v.tau:g}", showlegend=True))
     fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", title="row i")
     fig.update_xaxes(constrain="domain", title="column j")
-    fig.update_layout(height=400, margin=MARGIN, title=f"Pooled mass vs τ = {v.tau:g} "
-                      f"({int(v.accepted.sum())} of {H * W} accepted)",
-                      legend=dict(orientation="h", y=-0.15))
+    n_res = int(v.resample.sum())
+    fig.update_layout(height=420, margin=dict(MARGIN, t=60), title=dict(
+        text=f"Pooled mass vs τ = {v.tau:g}: {int(v.accepted.sum())} of {H * W} passed τ"
+             f"<br><sup>{H * W - n_res} kept, {n_res} resampled in {len(np.unique(v.islands[v.islands > 0]))} "
+             f"island(s)</sup>"), legend=dict(orientation="h", y=-0.18))
+    return fig
+
+
+def _pooled_colorbar(tau: float) -> dict:
+    """Decade ticks and a τ tick; a decade tick too close to τ's is left out so the labels never meet."""
+    t = float(_log(tau)) if tau > 0 else LOG_FLOOR
+    ticks = [(v, txt) for v, txt in zip((-4, -3, -2, -1, 0), ("1e-4", "1e-3", "0.01", "0.1", "1")) if abs(v - t) > 0.3]
+    ticks.append((t, f"τ={tau:g}"))
+    return dict(title=dict(text="pooled mass", side="right"), tickvals=[v for v, _ in ticks],
+                ticktext=[txt for _, txt in ticks])
+
+
+def _test_heatmap(trace, t: Tests) -> go.Figure:
+    H, W = t.prob.shape
+    word = np.where(np.isnan(t.prob), "never tested (drawn from p)", np.where(t.passed, "passed: draft kept",
+                                                                                 "failed: resampled"))
+    custom = np.stack([np.round(t.prob, 4).astype(object), word.astype(object)], axis=-1)
+    fig = go.Figure(go.Heatmap(
+        z=t.prob, zmin=0.0, zmax=1.0, customdata=custom, name="P(accept)",
+        colorscale=[[0.0, theme.REJECTED], [0.5, "#fde0dd"], [0.5001, "#c7e9c0"], [1.0, theme.ACCEPTED]],
+        hovertemplate="cell (%{y}, %{x})<br>probability of acceptance %{customdata[0]}<br>%{customdata[1]}"
+                      "<extra></extra>", colorbar=dict(title=dict(text="P(accept)", side="right"))))
+    fi, fj = np.nonzero(t.resampled)
+    fig.add_trace(go.Scatter(x=fj, y=fi, mode="markers", marker=dict(symbol="x", color="black", size=6),
+                             name="failed: resampled", hoverinfo="skip"))
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", title="row i", range=[H - 0.5, -0.5])
+    fig.update_xaxes(constrain="domain", title="column j", range=[-0.5, W - 0.5])
+    tested = int((~np.isnan(t.prob)).sum())
+    fig.update_layout(height=420, margin=dict(MARGIN, t=60), legend=dict(orientation="h", y=-0.18), title=dict(
+        text=f"Probability of acceptance, {t.label}<br><sup>{int(t.passed.sum())} of {tested} tested drafts "
+             f"passed; {int(t.resampled.sum())} resampled; {H * W - tested} never tested</sup>"))
     return fig
 
 
@@ -83,42 +123,55 @@ def timeline(trace, baseline=None) -> go.Figure:
                 marker_color=theme.PHASES[phase], legendgroup=phase, showlegend=phase not in shown,
                 hovertemplate=f"{phase}: {n} step(s), {nfe} NFE, {length:.1f} ms<extra>{lane}</extra>"))
             shown.add(phase)
-    fig.update_layout(barmode="overlay", height=120 + 70 * len(lanes), margin=MARGIN,
-                      xaxis_title="wall clock (ms)", title="Where the time goes",
-                      yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.35))
+    fig.update_layout(barmode="overlay", height=150 + 60 * len(lanes), margin=dict(MARGIN, t=70),
+                      xaxis_title="wall clock (ms)", title=dict(text="Where the time goes", y=0.97),
+                      yaxis=dict(autorange="reversed"),
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", xanchor="left"))
     return fig
 
 
 def compare_bars(rows: list[dict], measure: str) -> go.Figure:
-    """Target NFE, wall time, acceptance and quality (named by `measure`) per method, side by side."""
-    fig = make_subplots(rows=1, cols=4, subplot_titles=("target NFE", "wall clock (ms)", "kept fraction",
-                                                        measure))
+    """Sequential passes (target + drafter), wall time, kept fraction and quality (named by `measure`)
+    per method, side by side."""
+    titles = ("passes (target + drafter)", "wall clock (ms)", "kept (not resampled)", measure)
+    fig = make_subplots(rows=2, cols=2, subplot_titles=titles, vertical_spacing=0.22, horizontal_spacing=0.12)
     methods = [r["method"] for r in rows]
-    for col, key in enumerate(("target_nfe", "wall_ms", "kept_fraction", "quality"), start=1):
-        vals = [r[key] if r[key] is not None else 0 for r in rows]
+    for n, key in enumerate(("passes_total", "wall_ms", "kept_fraction", "quality")):
+        vals = [(r["target_nfe"] + r["drafter_nfe"]) if key == "passes_total" else
+                (r[key] if r[key] is not None else 0) for r in rows]
         fig.add_trace(go.Bar(x=methods, y=vals, marker_color=theme.PHASES["verify"], showlegend=False,
-                             hovertemplate="%{x}: %{y}<extra></extra>"), row=1, col=col)
-    fig.update_layout(height=320, margin=MARGIN)
+                             hovertemplate="%{x}: %{y}<extra></extra>"), row=n // 2 + 1, col=n % 2 + 1)
+    fig.update_annotations(font_size=13)
+    fig.update_layout(height=520, margin=dict(MARGIN, t=50))
     return fig
 
 
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
+
+
 def sweep_figure(points: list[dict], measure: str) -> go.Figure:
-    """Speedup in target NFE over ar (x) against a quality measure (y, named by `measure`), one line
-    per method."""
+    """Speedup in sequential passes (target + drafter) over ar (x) against a quality measure (y, named
+    by `measure`): a line per method, each point its own marker and legend entry (labels written on
+    the plot would pile up where points are close)."""
     fig = go.Figure()
     colours = {"ar": theme.PHASES["decode"], "mulo": theme.ACCEPTED, "zipar": theme.PHASES["draft"]}
     for method in dict.fromkeys(p["method"] for p in points):
-        pts = [p for p in points if p["method"] == method]
-        fig.add_trace(go.Scatter(
-            x=[p["speedup"] for p in pts], y=[p["quality"] for p in pts], mode="lines+markers+text",
-            name=method, text=[p["label"] for p in pts], textposition="top center", textfont=dict(size=10),
-            marker=dict(size=10, color=colours.get(method)), line=dict(color=colours.get(method)),
-            hovertemplate="%{text}<br>NFE speedup %{x:.2f}×<br>quality %{y:.3f}<extra>" + method + "</extra>"))
+        pts = sorted((p for p in points if p["method"] == method), key=lambda p: p["speedup"])
+        colour = colours.get(method)
+        fig.add_trace(go.Scatter(x=[p["speedup"] for p in pts], y=[p["quality"] for p in pts], mode="lines",
+                                 line=dict(color=colour), showlegend=False, hoverinfo="skip",
+                                 legendgroup=method))
+        for n, p in enumerate(pts):
+            name = p["label"] if method == "ar" else f"{method} {p['label']}"
+            fig.add_trace(go.Scatter(
+                x=[p["speedup"]], y=[p["quality"]], mode="markers", name=name, legendgroup=method,
+                marker=dict(size=11, color=colour, symbol=SYMBOLS[n % len(SYMBOLS)], line=dict(width=1, color="white")),
+                hovertemplate=f"{name}<br>passes speedup %{{x:.2f}}×<br>quality %{{y:.3f}}<extra></extra>"))
     ys = [p["quality"] for p in points]
-    pad = max(0.01, (max(ys) - min(ys)) * 0.2) if ys else 0.1
-    fig.update_layout(height=380, margin=MARGIN,
-                      xaxis=dict(type="log", title="speedup over ar (target NFE ratio, log scale)"),
+    pad = max(0.02, (max(ys) - min(ys)) * 0.3) if ys else 0.1
+    fig.update_layout(height=420, margin=dict(MARGIN, l=60, r=20),
+                      xaxis=dict(type="log", title="speedup over ar (sequential passes, target + drafter; log)"),
                       yaxis_title=measure,
                       yaxis_range=[min(ys) - pad, max(ys) + pad] if ys else None,
-                      title="Faster is right, better is up")
+                      title="Faster is right, better is up", legend=dict(title="one run each"))
     return fig

@@ -96,22 +96,101 @@ def verdict(trace) -> Verdict | None:
     return v if found else None
 
 
+@dataclass
+class Tests:
+    """The acceptance tests of sd, lantern and sjd per target cell: the last test of each position."""
+    prob: np.ndarray        # (H, W) float: probability of acceptance, NaN where never tested
+    passed: np.ndarray      # (H, W) bool: the draft passed its (random) test and was kept
+    resampled: np.ndarray   # (H, W) bool: the draft failed; the token came from the residual
+    label: str              # the rule, in words
+
+
+RULES = {"sd": "min(1, p/q)", "lantern": "min(1, p̃/q), p̃ relaxed over neighbours",
+         "sjd": "min(1, p/p_prev) of the Jacobi iterate"}
+
+
+def tests(trace) -> Tests | None:
+    """None for methods without per-position tests (ar, zipar, mulo)."""
+    H, W = trace.grid["target"]
+    t = Tests(np.full((H, W), np.nan), np.zeros((H, W), bool), np.zeros((H, W), bool),
+              RULES.get(trace.method, "probability of acceptance"))
+    found = False
+    for s in trace.steps:
+        if s["phase"] != "verify" or "judged" not in s or "prob" not in s:
+            continue
+        found = True
+        for (i, j), prob, ok in zip(s["judged"], s["prob"], s["accepted"]):
+            t.prob[i, j], t.passed[i, j], t.resampled[i, j] = prob, ok, not ok
+    return t if found else None
+
+
 def islands_image(proposal_img: np.ndarray, v: Verdict, grid: bool = False) -> np.ndarray:
-    """The proposal with R_X tinted by island id and a REJECTED dot in the middle of every rejected cell."""
+    """The proposal with R_X tinted by island id and a REJECTED dot in the middle of every cell below τ."""
     H, W = v.islands.shape
     img = proposal_img
     for n in np.unique(v.islands[v.islands > 0]):
         img = tint(img, v.islands == n, theme.ISLANDS[(int(n) - 1) % len(theme.ISLANDS)], 0.6)
+    img = _dots(img, v.rejected)
+    return with_grid(img, H, W) if grid else img
+
+
+def failed_image(final_img: np.ndarray, t: Tests, grid: bool = False) -> np.ndarray:
+    """sd / lantern / sjd: the final image with a REJECTED dot on every cell whose draft failed its test."""
+    H, W = t.prob.shape
+    img = _dots(final_img, t.resampled)
+    return with_grid(img, H, W) if grid else img
+
+
+def _dots(img: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    H, W = mask.shape
     size = img.shape[0]
     dot = np.zeros((size, size), bool)
     ch, cw = size / H, size / W
-    for i, j in zip(*np.nonzero(v.rejected)):
-        y0, y1 = int((i + 0.3) * ch), int(np.ceil((i + 0.7) * ch))
-        x0, x1 = int((j + 0.3) * cw), int(np.ceil((j + 0.7) * cw))
-        dot[y0:y1, x0:x1] = True
+    for i, j in zip(*np.nonzero(mask)):
+        dot[int((i + 0.3) * ch):int(np.ceil((i + 0.7) * ch)), int((j + 0.3) * cw):int(np.ceil((j + 0.7) * cw))] = True
     img = img.copy()
     img[dot] = theme.rgb(theme.REJECTED)
-    return with_grid(img, H, W) if grid else img
+    return img
+
+
+def message_image(text: str, size: int = SIZE) -> np.ndarray:
+    """A light panel that says in words why a view is empty, wrapped to the panel's width."""
+    panel = Image.new("RGB", (size, size), "#f1f2f6")
+    draw = ImageDraw.Draw(panel)
+    font = ImageFont.load_default(17)
+    lines, line = [], ""
+    for word in text.split():
+        trial = f"{line} {word}".strip()
+        if draw.textlength(trial, font=font) > size - 28 and line:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    lines.append(line)
+    y = max(10, (size - 24 * len(lines)) // 2)
+    for ln in lines:
+        draw.text((14, y), ln, fill=theme.PENDING, font=font)
+        y += 24
+    return np.asarray(panel)
+
+
+def islands_key(v: Verdict | None, t: Tests | None = None) -> str:
+    """HTML key of the islands panel: each island's colour, number and size in cells (mulo), or what
+    the dots mean (sd / lantern / sjd)."""
+    dot = theme.swatch(theme.REJECTED, round_=True)
+    if v is None and t is not None:
+        return (f"<div class='key'>{dot} draft failed its test, token resampled from the residual "
+                f"({int(t.resampled.sum())} cells); every other written cell kept its draft or was drawn from p."
+                "</div>")
+    if v is None:
+        return ""
+    ids, sizes = np.unique(v.islands[v.islands > 0], return_counts=True)
+    parts = [f"{dot} below τ ({int(v.rejected.sum())} cells)"]
+    parts += [f"{theme.swatch(theme.ISLANDS[(int(n) - 1) % len(theme.ISLANDS)])} island {n}: {c} cells"
+              for n, c in zip(ids, sizes)]
+    if not len(ids):
+        parts.append("no islands: every cell kept")
+    return "<div class='key'>" + " · ".join(parts) + "</div>"
 
 
 class Replay:
@@ -156,14 +235,17 @@ def replay(trace, n: int) -> Replay:
 
 
 def _mark_step(img: np.ndarray, step: dict, shape: tuple[int, int]) -> np.ndarray:
+    """The colours of theme.CANVAS_KEY: a mulo verify step marks passed-and-kept, below τ, and passed
+    but swept into an island; any other step marks the cells it wrote."""
     if step["phase"] == "verify" and "band" in step:
         r0, r1 = step["band"]
-        acc = np.zeros(shape, bool)
-        rej = np.zeros(shape, bool)
-        judged = ~np.isnan(np.asarray(step["pooled"], dtype=np.float64))
-        acc[r0:r1] = np.asarray(step["accepted"], dtype=bool) & judged
-        rej[r0:r1] = ~acc[r0:r1] & judged
-        return tint(tint(img, acc, theme.ACCEPTED, 0.35), rej, theme.REJECTED, 0.55)
+        passed, below, swept = (np.zeros(shape, bool) for _ in range(3))
+        judged = ~np.isnan(np.asarray(step["pooled"], dtype=np.float64))   # null: not judged by this pass
+        ok = np.asarray(step["accepted"], dtype=bool) & judged
+        res = np.asarray(step["resample"], dtype=bool)
+        passed[r0:r1], below[r0:r1], swept[r0:r1] = ok & ~res, ~ok & judged, ok & res
+        return tint(tint(tint(img, passed, theme.ACCEPTED, 0.35), below, theme.REJECTED, 0.7),
+                    swept, theme.RESAMPLED, 0.7)
     mask = np.zeros(shape, bool)
     if step["cells"]:
         cells = np.asarray(step["cells"], dtype=np.int64)
@@ -171,18 +253,19 @@ def _mark_step(img: np.ndarray, step: dict, shape: tuple[int, int]) -> np.ndarra
     return tint(img, mask, theme.HIGHLIGHT, 0.55)
 
 
-LABEL = 22   # height of the caption strip above each canvas panel, in pixels
+LABEL = 22   # height of the caption strip under each canvas panel, in pixels
 
 
 def _labelled(img: np.ndarray, text: str) -> np.ndarray:
+    """The panel with its caption in a strip *below* it, where no badge or button of the page covers it."""
     strip = Image.new("RGB", (img.shape[1], LABEL), "white")
     ImageDraw.Draw(strip).text((4, 4), text, fill=theme.PENDING, font=ImageFont.load_default(14))
-    return np.concatenate([np.asarray(strip), img], axis=0)
+    return np.concatenate([img, np.asarray(strip)], axis=0)
 
 
 def canvas_image(rp: Replay, tokenizer, grid: bool = False, size: int = SIZE) -> np.ndarray:
-    """[drafter canvas | target canvas] (or the target canvas alone) under a caption strip, the last
-    step's cells marked. (size + LABEL, width, 3)."""
+    """[drafter canvas | target canvas] (or the target canvas alone) above a caption strip, the last
+    step's cells marked (theme.CANVAS_KEY says how). (size + LABEL, width, 3)."""
     step = rp.last
     on_draft = step is not None and rp.on_draft(step)
     panels = []
@@ -223,7 +306,8 @@ def cell_at(x: float, y: float, shape: tuple[int, int], size: int = SIZE) -> tup
 
 
 def cell_details(trace, v: Verdict | None, i: int, j: int) -> str:
-    """Markdown card for cell (i, j): proposal, pooled mass against tau, verdict, island, final token."""
+    """Markdown card for cell (i, j): proposal, pooled mass against tau, passed or not, kept or
+    resampled (and why, in which island), final token; for sd / lantern / sjd its acceptance test."""
     lines = [f"**Cell ({i}, {j})**, raster index {i * trace.grid['target'][1] + j}",
              f"- final token: {trace.tokens[i][j]}"]
     if trace.proposal is not None:
@@ -234,13 +318,20 @@ def cell_details(trace, v: Verdict | None, i: int, j: int) -> str:
         lines.append(f"- drafted from low-res cell ({i * h // H}, {j * w // W}), token "
                      f"{trace.draft[i * h // H][j * w // W]}")
     if v is not None and not np.isnan(v.pooled[i, j]):
-        verdict_word = "accepted" if v.accepted[i, j] else "rejected"
-        cmp = ">=" if v.accepted[i, j] else "<"
-        lines.append(f"- pooled mass {v.pooled[i, j]:.4f} {cmp} tau {v.tau:g}: **{verdict_word}**")
+        passed = bool(v.accepted[i, j])
+        lines.append(f"- pooled mass {v.pooled[i, j]:.4f} {'≥' if passed else '<'} τ {v.tau:g}: "
+                     f"**{'passed τ' if passed else 'below τ'}**")
         if v.resample[i, j]:
-            why = "rejected itself" if v.rejected[i, j] else "swept in by the expansion around a rejection"
-            lines.append(f"- resampled by the target ({why}), island {v.islands[i, j]}")
+            why = "below τ itself" if v.rejected[i, j] else "passed τ, but swept in by the expansion around a " \
+                                                             "cell below τ"
+            lines.append(f"- **resampled** by the target ({why}), island {v.islands[i, j]}")
         else:
-            lines.append("- kept as proposed")
+            lines.append("- **kept** as proposed")
+    t = tests(trace)
+    if t is not None:
+        if np.isnan(t.prob[i, j]):
+            lines.append("- never tested: drawn from p directly (a bonus token, or the cell after a rejection)")
+        else:
+            lines.append(f"- probability of acceptance {t.prob[i, j]:.4f} ({t.label}): "
+                         + ("**passed**, draft kept" if t.passed[i, j] else "**failed**, resampled from the residual"))
     return "\n".join(lines)
-

@@ -17,6 +17,23 @@ PHASES = {"draft": "#7570b3", "upsample": "#66a61e", "verify": "#1f78b4", "resam
 ISLANDS = ("#e7298a", "#17becf", "#ff7f0e", "#9467bd", "#bcbd22", "#8c564b", "#1f77b4", "#f781bf")
 
 
+def swatch(colour: str, round_: bool = False) -> str:
+    """A small coloured square (or dot) for HTML keys."""
+    radius = "50%" if round_ else "2px"
+    return (f"<span style='display:inline-block;width:0.9em;height:0.9em;background:{colour};"
+            f"border-radius:{radius};vertical-align:-0.1em;border:1px solid #0003'></span>")
+
+
+def key_html(items) -> str:
+    return "<div class='key'>" + " · ".join(f"{swatch(c)} {text}" for c, text in items) + "</div>"
+
+
+# what the colours of the step canvas mean (render._mark_step draws them)
+CANVAS_KEY = ((HIGHLIGHT, "written by this step"), (ACCEPTED, "verify: passed τ, kept"),
+              (REJECTED, "verify: below τ"), (RESAMPLED, "verify: passed τ, swept into an island"),
+              (PENDING, "not written yet (or withdrawn for resampling)"))
+
+
 def rgb(hex_colour: str) -> tuple[int, int, int]:
     h = hex_colour.lstrip("#")
     return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
@@ -29,4 +46,6 @@ CSS = """
 .token-grid img { image-rendering: pixelated; image-rendering: crisp-edges; }
 .explain { font-size: 0.92em; opacity: 0.9; }
 #speedup { font-size: 1.05em; }
+.key { font-size: 0.9em; line-height: 1.7; }
+.stale img, .stale .js-plotly-plot, .stale table { opacity: 0.35; filter: grayscale(0.6); transition: opacity 0.2s; }
 """

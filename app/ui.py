@@ -10,6 +10,7 @@ from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
 from . import handlers as h
+from . import theme
 
 EXAMPLES = [
     "a large red circle center on a striped blue background",
@@ -27,25 +28,20 @@ paints a low-resolution image quickly; it is **up-sampled** into a proposal for 
 target. Pick a preset, press **Generate**, then explore the views."""
 
 EXPLAIN = {
-    "images": "**Left to right:** what the drafter drew at low resolution; that draft up-sampled to the full "
-              "grid (the *proposal*); the final image after verification and resampling; and plain "
-              "autoregressive decoding (ar) with the same prompt and seed, for reference. Each square is one "
-              "token. Click a cell of the proposal to inspect it.",
-    "heatmap": "For every proposed token the target adds up its probability and that of its k nearest "
-               "codebook neighbours (*pooled mass*, log scale). Cells at or above τ (green, black contour) "
-               "are accepted without any further work; red cells are rejected. Hover for the numbers.",
-    "islands": "Rejected cells (red dots) and the neighbours within radius l that are redrawn with them. "
-               "Each colour is one *island*: islands are independent, so the target redraws them in "
-               "parallel, a few passes instead of one per token.",
+    "images": h.METHOD_EXPLAIN["mulo"][0],
+    "heatmap": h.METHOD_EXPLAIN["mulo"][1],
+    "islands": h.METHOD_EXPLAIN["mulo"][2],
     "timing": "Each bar is a phase of the run on a wall-clock axis; the ar baseline runs below for scale. "
               "NFE counts sequential model passes, the number that decides speed on a GPU; wall clock on "
               "this CPU also pays for the drafter and the up-sampler.",
     "scrubber": "Replay the run: the canvas as it stood after each step (left, the drafter's low-resolution "
-                "grid; right, the target grid). Yellow marks the cells the step wrote; at a verify step green "
-                "is accepted and red rejected. Dark cells are not written yet.",
-    "compare": "Every decoding method on the same prompt, seed and knobs: final images, target passes, wall "
-               "clock, acceptance and quality side by side (speedups are over ar; quality as in the Sweep tab).",
-    "sweep": "Trade-off curve: each point is one run. Right means fewer target passes than ar; up means a "
+                "grid; right, the target grid), coloured as the key under it says.",
+    "compare": "Every decoding method on the same prompt, seed and knobs: final images, sequential passes "
+               "(target + drafter), wall clock, passed and kept shares and quality side by side. ar runs first "
+               "in the same comparison, so every speedup is over an ar timed in the same conditions; target "
+               "NFE alone is a detail column.",
+    "sweep": "Trade-off curve: each point is one run. Right means fewer sequential passes (target + "
+             "drafter) than ar; up means a "
              "better image: the share of the prompt's attributes (objects, places, shapes, colours, sizes, "
              "background) that the domain's classifier reads back from it. mulo sweeps τ, ZipAR "
              "sweeps its window. One seed per point: read trends, not decimals. A summary.json from "
@@ -61,27 +57,36 @@ def _explain(key: str) -> gr.Markdown:
 
 
 def _grid(label: str, elem_id: str) -> gr.Image:
+    # min_width wraps the four panels two by two on narrow screens rather than putting their labels
+    # under the download and fullscreen buttons
     return gr.Image(label=label, type="numpy", format="png", interactive=False, height=240, elem_id=elem_id,
-                    elem_classes=["token-grid"], buttons=["download", "fullscreen"])
+                    elem_classes=["token-grid"], buttons=["download", "fullscreen"], min_width=200)
 
 
-def _knob_inputs(vocab_size: int) -> dict:
+def _slider(name: str, label: str, info: str | None = None, **kw) -> gr.Slider:
+    lo, hi, step = h.SLIDERS[name]
+    return gr.Slider(lo, hi, h.DEFAULTS[name], step=step, label=label, info=info, elem_id=name,
+                     elem_classes=["knob"], **kw)
+
+
+def _mission_knobs() -> dict:
+    """k, τ, r, l: the four knobs of MuLo-SD, right under Generate."""
+    d = h.DEFAULTS
+    return dict(
+        k=_slider("k", "k: codebook neighbours pooled"),
+        tau=_slider("tau", "τ: threshold on pooled mass"),
+        scale=gr.Radio([2, 4], value=d["scale"], label="r: up-scale factor (draft grid = grid / r)", elem_id="scale"),
+        radius=_slider("radius", "l: radius grown around cells below τ"))
+
+
+def _more_knobs(vocab_size: int) -> dict:
     d = h.DEFAULTS
     k = {}
-    k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
-                             info="the pairs whose weights are on this machine (on a Space: every pair)")
-    k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
-    k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method")
-    k["seed"] = gr.Number(d["seed"], precision=0, minimum=0, label="Seed", elem_id="seed")
-    with gr.Accordion("MuLo-SD knobs", open=True):
-        k["tau"] = gr.Slider(0.0, 1.0, d["tau"], step=0.01, label="τ: acceptance threshold", elem_id="tau",
-                             info="accept a token when its pooled probability reaches τ")
-        k["k"] = gr.Slider(0, 64, d["k"], step=1, label="k: neighbours pooled",
-                           info="codebook neighbours whose probability counts for the proposal")
-        k["scale"] = gr.Radio([2, 4], value=d["scale"], label="r: up-scale factor",
-                              info="drafter grid = target grid / r")
-        k["radius"] = gr.Slider(0, 4, d["radius"], step=1, label="l: expansion radius",
-                                info="neighbours redrawn with each rejected token")
+    with gr.Row():
+        k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method",
+                                  min_width=120)
+        k["seed"] = gr.Number(d["seed"], minimum=0, step=1, label="Seed", elem_id="seed", min_width=100)
+    with gr.Accordion("More MuLo-SD knobs", open=False):
         k["rejection"] = gr.Radio(list(REJECTION_MODES), value=d["rejection"], label="Rejection",
                                   info="local: only around rejections; raster: resample the first, draft again")
         k["context"] = gr.Radio(list(CONTEXT_MODES), value=d["context"], label="Context while resampling",
@@ -90,24 +95,29 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["resample"] = gr.Radio(list(RESAMPLE_MODES), value=d["resample"], label="Resampling",
                                  info="serial: one token per pass; islands: islands in parallel")
         k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")
-        k["draft_rows"] = gr.Slider(0, 16, d["draft_rows"], step=1, label="Draft rows per cycle (0 = all)")
-        k["draft_window"] = gr.Slider(0, 16, d["draft_window"], step=1,
-                                      label="Drafter ZipAR window (0 = serial drafting)")
+        k["draft_rows"] = _slider("draft_rows", "Draft rows per cycle (0 = all)")
+        k["draft_window"] = _slider("draft_window", "Drafter ZipAR window (0 = serial drafting)")
     with gr.Accordion("SD, LANTERN and SJD knobs", open=False):
-        k["gamma"] = gr.Slider(1, 16, d["gamma"], step=1, label="γ: tokens drafted per cycle (sd, lantern)")
-        k["delta"] = gr.Slider(0.0, 1.0, d["delta"], step=0.05, label="δ: probability mass moved (lantern)")
+        k["gamma"] = _slider("gamma", "γ: tokens drafted per cycle (sd, lantern)")
+        k["delta"] = _slider("delta", "δ: probability mass moved (lantern)")
         k["lantern_k"] = gr.Slider(0, max(d["lantern_k"], vocab_size - 1), d["lantern_k"], step=1,
-                                   label="Neighbours considered (lantern)", info="capped at the codebook size")
-        k["sjd_window"] = gr.Slider(1, 64, d["sjd_window"], step=1, label="Jacobi window L (sjd)")
+                                   label="Neighbours considered (lantern)", info="capped at the codebook size",
+                                   elem_id="lantern_k", elem_classes=["knob"])
+        k["sjd_window"] = _slider("sjd_window", "Jacobi window L (sjd)")
         k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd)")
     with gr.Accordion("ZipAR and sampling", open=False):
-        k["window"] = gr.Slider(1, 32, d["window"], step=1, label="ZipAR window w",
-                                info="a row starts once the row above has w tokens; also used inside islands")
-        k["cfg"] = gr.Slider(1.0, 8.0, d["cfg"], step=0.5, label="CFG scale (1 = no guidance)")
-        k["temperature"] = gr.Slider(0.0, 2.0, d["temperature"], step=0.05, label="Temperature (0 = greedy)")
-        k["top_k"] = gr.Slider(0, vocab_size, d["top_k"], step=1, label="Top-k (0 = off)")
-        k["cfg_interval"] = gr.Slider(-1, 256, d["cfg_interval"], step=1, label="CFG interval (-1 = every token)",
-                                      info="guidance for tokens 0 to N + 1 only, as LlamaGen's --cfg-interval N")
+        k["window"] = _slider("window", "ZipAR window w",
+                              "a row starts once the row above has w tokens; also used inside islands")
+        k["cfg"] = _slider("cfg", "CFG scale (1 = no guidance)")
+        k["temperature"] = _slider("temperature", "Temperature (0 = greedy)")
+        k["top_k"] = gr.Slider(0, vocab_size, d["top_k"], step=1, label="Top-k (0 = off)", elem_id="top_k",
+                               elem_classes=["knob"])
+        k["cfg_interval"] = _slider("cfg_interval", "CFG interval (-1 = every token)",
+                                    "guidance for tokens 0 to N + 1 only, as LlamaGen's --cfg-interval N")
+    with gr.Accordion("Model pair", open=False):
+        k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
+                                 info="the pairs whose weights are on this machine (on a Space: every pair)")
+        k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     return k
 
 
@@ -128,6 +138,37 @@ def _prompt_builder(prompt: gr.Textbox) -> None:
         gr.Button("Use this prompt", size="sm").click(h.build_prompt, parts, prompt, api_visibility="private")
 
 
+# Runs once when the page loads. (1) Finds the heatmap's Plotly figure whenever it is redrawn and
+# sends a clicked cell to the hidden #heatmap-click box, whose change event shows the cell card.
+# (2) Keeps a slider's number box from clamping a typed value to the slider's ends when it loses
+# focus: the value typed is the value sent, and the engine's check names the knob and its range.
+PAGE_JS = """() => {
+  setInterval(() => {
+    const plot = document.querySelector('#heatmap .js-plotly-plot');
+    if (!plot || plot.dataset.muloClick || !plot.on) return;
+    plot.dataset.muloClick = '1';
+    plot.on('plotly_click', (ev) => {
+      const pt = ev.points && ev.points[0];
+      const box = document.querySelector('#heatmap-click textarea, #heatmap-click input');
+      if (!pt || !box) return;
+      box.value = `${Math.round(pt.y)},${Math.round(pt.x)},${Date.now()}`;
+      box.dispatchEvent(new Event('input', {bubbles: true}));
+    });
+  }, 500);
+  const typed = (ev) => {
+    const box = ev.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== 'number' || !box.closest('.knob')) return;
+    if (ev.type === 'keydown' && ev.key !== 'Enter') return;
+    ev.stopImmediatePropagation();
+  };
+  document.addEventListener('blur', typed, true);
+  document.addEventListener('focusout', typed, true);
+  document.addEventListener('keydown', typed, true);
+}"""
+
+PAGE_URL_JS = "(url, ...rest) => [window.location.origin + window.location.pathname, ...rest]"
+
+
 def build_demo() -> gr.Blocks:
     pair = engine.load_pair("embedded")
     with gr.Blocks(title="MuLo-SD Explorer") as demo:
@@ -135,71 +176,83 @@ def build_demo() -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=1, min_width=340):
-                preset = gr.Dropdown(list(h.PRESETS), value=None, label="Teaching preset", elem_id="preset",
-                                     info="one click, one phenomenon")
-                preset_info = gr.Markdown(elem_classes=["explain"])
-                prompt = gr.Textbox(h.DEFAULTS["prompt"], label="Prompt", lines=2, elem_id="prompt",
-                                    info="the domain's words only: sizes, colours, shapes, places, backgrounds")
+                preset = gr.Dropdown(list(h.PRESETS), value=None, label="Teaching preset: one click, one phenomenon",
+                                     elem_id="preset")
+                preset_info = gr.Markdown(elem_classes=["explain"], elem_id="preset-info")
+                prompt = gr.Textbox(h.DEFAULTS["prompt"], label="Prompt: sizes, colours, shapes, places, backgrounds",
+                                    lines=2, elem_id="prompt")
                 with gr.Row():
                     run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
-                status = gr.Markdown(elem_id="status")
-                show_grid = gr.Checkbox(False, label="Show token grid lines")
-                gr.Examples(EXAMPLES, inputs=[prompt], cache_examples=False, label="Example prompts")
-                _prompt_builder(prompt)
-                knobs = _knob_inputs(pair.vocab_size)
+                knobs = _mission_knobs()
+                knobs |= _more_knobs(pair.vocab_size)
                 pair_info = knobs.pop("pair_info")
                 knobs["prompt"] = prompt
                 knob_list = [knobs[k] for k in h.KNOBS]
+                with gr.Accordion("Prompts: examples and builder", open=False):
+                    gr.Examples(EXAMPLES, inputs=[prompt], cache_examples=False, label="Example prompts")
+                    _prompt_builder(prompt)
+                show_grid = gr.Checkbox(False, label="Show token grid lines")
                 with gr.Accordion("Share these settings", open=False):
-                    link_btn = gr.Button("Make a link", size="sm")
-                    link = gr.Textbox(label="Link", buttons=["copy"], interactive=False)
+                    link_btn = gr.Button("Make a link", size="sm", elem_id="make-link")
+                    link = gr.Textbox(label="Link", buttons=["copy"], interactive=False, elem_id="link")
+                    page_url = gr.Textbox(visible=False)
             with gr.Column(scale=3):
                 with gr.Tabs():
                     with gr.Tab("Run", id="run"):
-                        _explain("images")
-                        with gr.Row():
-                            draft = _grid("Low-res draft", "draft")
-                            proposal = _grid("Proposal (click a cell)", "proposal")
-                            final = _grid("Final image", "final")
-                            baseline = _grid("ar, same seed", "baseline")
-                        stats = gr.Markdown(elem_id="speedup")
-                        with gr.Row():
-                            with gr.Column(scale=3):
-                                _explain("heatmap")
-                                heatmap = gr.Plot(label="Acceptance heatmap", elem_id="heatmap")
-                            with gr.Column(scale=2):
-                                _explain("islands")
-                                islands = _grid("Rejection islands", "islands")
-                                cell = gr.Markdown("Click a cell of the proposal to see its numbers.",
-                                                   elem_id="cell")
-                        _explain("timing")
-                        timeline = gr.Plot(label="Timeline", elem_id="timeline")
-                        _explain("scrubber")
-                        scrubber = gr.Slider(0, 1, 0, step=1, label="Step", elem_id="scrubber")
-                        step = gr.Markdown(elem_id="step")
-                        canvas = gr.Image(label="Canvas after the step", type="numpy", format="png",
-                                          interactive=False, height=360, elem_id="canvas",
-                                          elem_classes=["token-grid"], buttons=["download", "fullscreen"])
+                        # the run's status sits over its live canvas, so long messages never push the
+                        # knobs under Generate off the screen
+                        status = gr.Markdown(elem_id="status")
+                        live = gr.Image(label="This run, as it streams (drafter q | target p)", type="numpy",
+                                        format="png", interactive=False, visible=False, elem_id="live",
+                                        elem_classes=["token-grid"], buttons=[])
+                        with gr.Column(elem_classes=["results"], elem_id="results") as results:
+                            explain_images = _explain("images")
+                            with gr.Row():
+                                draft = _grid("Low-res draft", "draft")
+                                proposal = _grid("Proposal", "proposal")
+                                final = _grid("Final image", "final")
+                                baseline = _grid("ar, same seed", "baseline")
+                            stats = gr.Markdown(elem_id="speedup")
+                            baseline_btn = gr.Button("Run or re-time the ar baseline for this run", size="sm",
+                                                     elem_id="run-baseline")
+                            with gr.Row():
+                                with gr.Column(scale=3):
+                                    explain_heatmap = _explain("heatmap")
+                                    heatmap = gr.Plot(label="Acceptance heatmap", show_label=False, elem_id="heatmap")
+                                    heatmap_click = gr.Textbox(visible="hidden", elem_id="heatmap-click")
+                                with gr.Column(scale=2):
+                                    explain_islands = _explain("islands")
+                                    islands = _grid("Rejection islands", "islands")
+                                    islands_key = gr.HTML(elem_id="islands-key")
+                                    cell = gr.Markdown("Click a cell of the proposal or of the heatmap to see its "
+                                                       "numbers.", elem_id="cell")
+                            _explain("timing")
+                            timeline = gr.Plot(label="Timeline", show_label=False, elem_id="timeline")
+                            _explain("scrubber")
+                            scrubber = gr.Slider(0, 1, 0, step=1, label="Step", elem_id="scrubber")
+                            step = gr.Markdown(elem_id="step")
+                            canvas = gr.Image(label="Canvas after the step", type="numpy", format="png",
+                                              interactive=False, height=380, elem_id="canvas",
+                                              elem_classes=["token-grid"], buttons=["download", "fullscreen"])
+                            gr.HTML(theme.key_html(theme.CANVAS_KEY), elem_id="canvas-key")
                     with gr.Tab("Compare", id="compare"):
                         _explain("compare")
                         cmp_btn = gr.Button("Compare all methods", variant="primary", elem_id="compare-run")
-                        cmp_status = gr.Markdown()
+                        cmp_status = gr.Markdown(elem_id="compare-status")
                         cmp_gallery = gr.Gallery(label="Final images", columns=6, height=240, format="png",
                                                  interactive=False, elem_classes=["token-grid"])
-                        cmp_table = gr.Dataframe(headers=["method", "target NFE", "drafter NFE", "wall ms",
-                                                          "kept", "NFE speedup", "wall speedup", "quality",
-                                                          "note"],
-                                                 interactive=False, label="Figures")
-                        cmp_plot = gr.Plot(label="Side by side")
+                        cmp_table = gr.Dataframe(headers=h.COMPARE_COLUMNS, interactive=False, label="Figures",
+                                                 elem_id="compare-table")
+                        cmp_plot = gr.Plot(label="Side by side", show_label=False, elem_id="compare-plot")
                     with gr.Tab("Sweep", id="sweep"):
                         _explain("sweep")
                         with gr.Row():
-                            taus = gr.Textbox("0, 0.05, 0.1, 0.3", label="mulo τ values")
-                            windows = gr.Textbox("4, 16", label="ZipAR windows")
-                        sweep_btn = gr.Button("Run the sweep", variant="primary")
-                        sweep_status = gr.Markdown()
-                        sweep_plot = gr.Plot(label="Speed vs quality", elem_id="sweep-plot")
+                            taus = gr.Textbox("0, 0.05, 0.1, 0.3", label="mulo τ values", elem_id="sweep-taus")
+                            windows = gr.Textbox("4, 16", label="ZipAR windows", elem_id="sweep-windows")
+                        sweep_btn = gr.Button("Run the sweep", variant="primary", elem_id="sweep-run")
+                        sweep_status = gr.Markdown(elem_id="sweep-status")
+                        sweep_plot = gr.Plot(label="Speed vs quality", show_label=False, elem_id="sweep-plot")
                         summary_file = gr.File(label="Or open a precomputed sweep: the summary.json of a "
                                                      "`python -m core bench --out DIR` run", file_types=[".json"],
                                                type="filepath", elem_id="summary-file")
@@ -207,32 +260,45 @@ def build_demo() -> gr.Blocks:
                         _explain("files")
                         trace_file = gr.File(label="Trace of the last run", interactive=False)
                         upload = gr.File(label="Replay a trace (JSON, at most 32 MiB)", file_types=[".json"],
-                                         type="filepath")
-                        replay_btn = gr.Button("Replay the uploaded trace")
+                                         type="filepath", elem_id="upload")
+                        replay_btn = gr.Button("Replay the uploaded trace", elem_id="replay")
 
         view_outputs = dict(draft=draft, proposal=proposal, final=final, baseline=baseline, heatmap=heatmap,
-                            islands=islands, timeline=timeline, stats=stats, scrubber=scrubber, canvas=canvas,
-                            step=step)
+                            islands=islands, islands_key=islands_key, timeline=timeline, stats=stats,
+                            scrubber=scrubber, canvas=canvas, step=step)
         views = [view_outputs[v] for v in h.VIEWS]
-        run_outputs = [state, status, trace_file, *views]
+        run_outputs = [state, status, trace_file, live, results, *views]
+        model_events = dict(concurrency_id="model", concurrency_limit=1)
 
+        # inputs go to the handlers unprocessed: a value beyond a slider's end reaches the engine's
+        # check, which names the knob and its range, instead of being clamped or refused namelessly
         gen = run_btn.click(h.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
-                            concurrency_id="model", concurrency_limit=1, show_progress="minimal")
-        stop_btn.click(h.stop, None, status, cancels=[gen], api_visibility="private")
-        replay_btn.click(h.replay, [upload, show_grid], run_outputs, api_name="replay")
+                            show_progress="minimal", show_progress_on=[status], preprocess=False, **model_events)
+        cmp = cmp_btn.click(h.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status], api_name="compare",
+                            show_progress_on=[cmp_status], preprocess=False, **model_events)
+        swp = sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
+                              show_progress_on=[sweep_status], preprocess=False, **model_events)
+        stop_btn.click(h.stop, None, status, api_visibility="private", queue=False)
+        baseline_btn.click(h.add_baseline, [state, show_grid], [state, status, *views], api_name="baseline",
+                           show_progress_on=[status], **model_events)
+        replay_btn.click(h.replay, [upload, show_grid], [state, status, trace_file, *views], api_name="replay",
+                         show_progress_on=[status])
         show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
                        show_progress="hidden", trigger_mode="always_last")
         proposal.select(h.inspect_cell, state, cell, api_visibility="private")
-        cmp_btn.click(h.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status], api_name="compare",
-                      concurrency_id="model", concurrency_limit=1)
-        sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
-                        concurrency_id="model", concurrency_limit=1)
         summary_file.upload(h.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
+        heatmap_click.change(h.inspect_heatmap, [state, heatmap_click], cell, api_visibility="private",
+                             show_progress="hidden")
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
+        knobs["method"].change(h.explain_method, knobs["method"], [explain_images, explain_heatmap,
+                                                                   explain_islands],
+                               api_visibility="private", show_progress="hidden")
         knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
                                                               knobs["cfg_interval"], knobs["lantern_k"],
                                                               knobs["scale"], pair_info], api_visibility="private")
-        link_btn.click(h.share_link, knob_list, link, api_visibility="private")
-        demo.load(h.from_query, None, knob_list, api_visibility="private")
+        link_btn.click(h.share_link, [page_url, preset] + knob_list, link, js=PAGE_URL_JS, preprocess=False,
+                       api_visibility="private")
+        demo.load(h.from_query, None, knob_list + [preset, preset_info], api_visibility="private",
+                  js=PAGE_JS)
     return demo

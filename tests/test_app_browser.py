@@ -1,7 +1,11 @@
-"""The app in a real browser (Debian's chromium through Playwright): a preset, Generate, the views
-render, a click on the proposal explains a cell, the scrubber moves the canvas, Stop stops. Leaves a
-screenshot in the test's tmp_path."""
+"""The app in a real browser (Debian's chromium through Playwright), as a workshop uses it: a preset,
+Generate, every view, the cell card from the proposal and from the heatmap, the scrubber; the
+previous run marked stale while a new one streams; Stop in every situation; a made link opened in
+a fresh page; out-of-range values named, never clamped; no text overlapping other text at two
+screen sizes. Leaves screenshots in the test's tmp_path."""
+import logging
 import os
+import re
 
 import pytest
 
@@ -10,6 +14,7 @@ from appserver import running_app
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+LONG = 300_000   # ms: a run with its ar baseline, or a Compare, on a loaded two-core machine
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"{CHROMIUM} is absent (apt-get install chromium); the browser test "
@@ -17,39 +22,89 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
 
 
 @pytest.fixture(scope="module")
-def page():
+def app_url():
+    with running_app() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(app_url):
     from playwright.sync_api import sync_playwright
-    with running_app() as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
-        pg.set_default_timeout(60_000)
-        pg.goto(url, wait_until="domcontentloaded")
-        yield pg
-        browser.close()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, url, width=1440, height=900):
+    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg.set_default_timeout(60_000)
+    pg.goto(url, wait_until="domcontentloaded")
+    try:
+        pg.locator("#generate").wait_for()
+    except Exception:
+        pg.screenshot(path="/tmp/w11/open-fail.png")
+        raise
+    pg.wait_for_timeout(800)   # the page's load event sets the knobs from the link
+    return pg
+
+
+@pytest.fixture(scope="module")
+def page(browser, app_url):
+    pg = open_page(browser, app_url)
+    yield pg
+    pg.close()
 
 
 def image_src(page, elem_id):
     return page.locator(f"#{elem_id} img").first.get_attribute("src")
 
 
-def test_a_preset_then_generate_shows_every_view_and_the_scrubber_replays(page, tmp_path):
+def generate_and_wait(page):
+    from playwright.sync_api import expect
+    page.get_by_role("button", name="Generate", exact=True).click()
+    expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
+
+
+def test_a_preset_then_generate_shows_every_view_and_both_clicks_show_the_cell_card(page, tmp_path):
     from playwright.sync_api import expect
     page.locator("#preset input").click()
     page.get_by_role("option", name="A few rejection islands").click()
     expect(page.locator("#tau input[type=number]")).to_have_value("0.01")
 
-    page.get_by_role("button", name="Generate", exact=True).click()
-    expect(page.locator("#status")).to_contain_text("Done", timeout=120_000)
+    generate_and_wait(page)
     for elem_id in ("draft", "proposal", "final", "baseline", "islands", "canvas"):
         img = page.locator(f"#{elem_id} img").first
+        img.scroll_into_view_if_needed()   # images load lazily
         expect(img).to_be_visible()
         page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=img.element_handle())
     expect(page.locator("#heatmap .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#heatmap .gtitle")).to_contain_text("passed τ")
     expect(page.locator("#timeline .js-plotly-plot")).to_be_visible()
-    expect(page.locator("#speedup")).to_contain_text("fewer target passes than ar")
+    expect(page.locator("#speedup")).to_contain_text("sequential passes than ar (target + drafter)")
+    expect(page.locator("#speedup")).to_contain_text("Target passes alone")
+    expect(page.locator("#islands-key")).to_contain_text("island 1:")
+    expect(page.locator("#canvas-key")).to_contain_text("swept into an island")
 
     page.locator("#proposal img").first.click(position={"x": 40, "y": 40})
     expect(page.locator("#cell")).to_contain_text("pooled mass", timeout=20_000)
+    from_proposal = page.locator("#cell").inner_text()
+    cell = re.search(r"Cell \((\d+), (\d+)\)", from_proposal).groups()
+
+    drag = page.locator("#heatmap .nsewdrag").first
+    drag.scroll_into_view_if_needed()
+    page.wait_for_function("() => document.querySelector('#heatmap .js-plotly-plot').dataset.muloClick")
+
+    def click_heatmap(i, j):
+        page.wait_for_timeout(600)   # two clicks closer than Plotly's 300 ms make a double click
+        box = drag.bounding_box()
+        page.mouse.click(box["x"] + (j + 0.5) * box["width"] / 32, box["y"] + (i + 0.5) * box["height"] / 32)
+        expect(page.locator("#cell")).to_contain_text(f"Cell ({i}, {j})", timeout=20_000)
+
+    i, j = map(int, cell)
+    click_heatmap((i + 10) % 32, (j + 10) % 32)
+    click_heatmap(i, j)
+    assert page.locator("#cell").inner_text() == from_proposal   # the same card, whichever view was clicked
 
     before = image_src(page, "canvas")
     box = page.locator("#scrubber input[type=number]")
@@ -57,22 +112,253 @@ def test_a_preset_then_generate_shows_every_view_and_the_scrubber_replays(page, 
     box.press("Enter")
     expect(page.locator("#step")).to_contain_text("Step 40 of")
     page.wait_for_function(f"() => document.querySelector('#canvas img').src !== {before!r}")
-    assert image_src(page, "canvas") != before
 
     page.screenshot(path=str(tmp_path / "explorer.png"), full_page=True)
     assert (tmp_path / "explorer.png").stat().st_size > 10_000
 
 
-def test_stop_cancels_a_running_generation_and_the_app_stays_usable(page):
+def test_while_a_run_streams_the_previous_views_are_marked_stale_and_the_status_counts_steps(page):
     from playwright.sync_api import expect
+    final_before = image_src(page, "final")
     page.get_by_role("button", name="Generate", exact=True).click()
-    expect(page.locator("#status")).to_contain_text("Running", timeout=30_000)
+    expect(page.locator("#status")).to_contain_text(re.compile(r"step \d+ of about \d+"), timeout=60_000)
+    expect(page.locator("#results")).to_have_class(re.compile(r"\bstale\b"))
+    expect(page.locator("#live img")).to_be_visible()
+    assert image_src(page, "final") == final_before        # the previous run stays whole until the end
+    expect(page.locator("#status")).to_contain_text("Done", timeout=LONG)
+    expect(page.locator("#results")).not_to_have_class(re.compile(r"\bstale\b"))
+    expect(page.locator("#live")).to_be_hidden()
+
+
+def test_stop_leaves_the_previous_run_whole_and_says_what_it_did(page):
+    from playwright.sync_api import expect
+    status = page.locator("#status")
     page.get_by_role("button", name="Stop", exact=True).click()
-    expect(page.locator("#status")).to_contain_text("Stopped")
-    page.wait_for_timeout(1500)
-    expect(page.locator("#status")).to_contain_text("Stopped")   # no late update from the cancelled run
+    expect(status).to_contain_text("Nothing is running")
+
+    final_before, stats_before = image_src(page, "final"), page.locator("#speedup").inner_text()
+    page.locator("#tau input[type=number]").fill("0.3")
+    page.locator("#tau input[type=number]").press("Enter")
+    page.locator("#seed input").fill("1")          # a seed whose ar baseline is not remembered: a longer run
+    page.locator("#seed input").blur()
     page.get_by_role("button", name="Generate", exact=True).click()
-    expect(page.locator("#status")).to_contain_text("Done", timeout=120_000)
+    page.get_by_role("button", name="Generate", exact=True).click()     # a second press while it runs
+    expect(status).to_contain_text("Running", timeout=60_000)
+    page.get_by_role("button", name="Stop", exact=True).click()
+    expect(status).to_contain_text("Stopped", timeout=30_000)
+    page.wait_for_timeout(2000)
+    expect(status).to_contain_text("Stopped")                          # no late update, no frozen status
+    expect(page.locator("#results")).not_to_have_class(re.compile(r"\bstale\b"))
+    expect(page.locator("#live")).to_be_hidden()
+    assert image_src(page, "final") == final_before and page.locator("#speedup").inner_text() == stats_before
+
+    generate_and_wait(page)                                            # the app stays usable
+    assert "τ = 0.3" in page.locator("#heatmap .gtitle").text_content()
+
+
+@pytest.mark.parametrize("tab, button, status", [("Compare", "#compare-run", "#compare-status"),
+                                                 ("Sweep", "#sweep-run", "#sweep-status")])
+def test_stop_also_ends_compare_and_sweep(page, tab, button, status):
+    from playwright.sync_api import expect
+    page.get_by_role("tab", name=tab).click()
+    page.locator(button).click()
+    expect(page.locator(status)).to_contain_text("Running", timeout=60_000)
+    page.get_by_role("button", name="Stop", exact=True).click()
+    expect(page.locator(status)).to_contain_text("Stopped after", timeout=60_000)
+    page.get_by_role("tab", name="Run").click()
+
+
+def test_a_made_link_opens_the_page_with_its_knobs_and_its_preset(page, browser):
+    from playwright.sync_api import expect
+    page.locator("#preset input").click()
+    page.get_by_role("option", name="Raster rejection").click()
+    expect(page.locator("#preset-info")).to_contain_text("Raster rejection")
+    page.locator("#k input[type=number]").fill("24")
+    page.locator("#k input[type=number]").press("Enter")
+    page.get_by_text("Share these settings").click()
+    page.locator("#make-link").click()
+    link_box = page.locator("#link textarea, #link input").first
+    expect(link_box).to_have_value(re.compile(r"preset="), timeout=20_000)
+    link = link_box.input_value()
+    assert "gradio_api" not in link and link.startswith("http")
+
+    opened = open_page(browser, link)
+    try:
+        expect(opened.locator("#k input[type=number]")).to_have_value("24")
+        expect(opened.locator("#preset input")).to_have_value("Raster rejection")
+        expect(opened.locator("#preset-info")).to_contain_text("The classic rule")
+        opened.get_by_text("More MuLo-SD knobs").click()
+        expect(opened.get_by_label("raster", exact=True)).to_be_checked()
+    finally:
+        opened.close()
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def app_log():
+    records = Records()
+    logger = logging.getLogger("mulo.app")
+    logger.addHandler(records)
+    yield records.lines
+    logger.removeHandler(records)
+
+
+def test_a_typed_value_out_of_range_is_named_once_and_never_clamped(page, app_log):
+    from playwright.sync_api import expect
+    tau = page.locator("#tau input[type=number]")
+    tau.fill("1.7")
+    tau.press("Enter")
+    tau.blur()
+    expect(tau).to_have_value("1.7")                                    # not clamped to 1
+    final_before = image_src(page, "final") if page.locator("#final img").count() else None
+    page.get_by_role("button", name="Generate", exact=True).click()
+    toast = page.locator(".toast-body", has_text="must be in")
+    expect(toast).to_contain_text("τ (tau) must be in [0, 1]; got 1.7")
+    assert toast.count() == 1 and "'" not in toast.inner_text()         # once, no stray quotes
+    for elem_id in ("draft", "proposal", "final", "baseline", "heatmap", "islands", "canvas"):
+        assert page.locator(f"#{elem_id} .error").count() == 0, elem_id  # no red badge over old images
+    assert (image_src(page, "final") if final_before else None) == final_before
+    assert app_log == ["user input refused: τ (tau) must be in [0, 1]; got 1.7"]   # one line, no traceback
+    tau.fill("0.05")
+    tau.press("Enter")
+
+    seed = page.locator("#seed input")
+    seed.fill("2.5")
+    seed.blur()
+    page.get_by_role("button", name="Generate", exact=True).click()
+    expect(page.locator(".toast-body", has_text="seed")).to_contain_text("seed must be an integer; got 2.5")
+    expect(seed).to_have_value("2.5")
+    seed.fill("0")
+    seed.blur()
+
+
+def test_a_link_with_values_out_of_range_names_them_and_loads_nothing_silently(browser, app_url, app_log):
+    from playwright.sync_api import expect
+    pg = open_page(browser, f"{app_url.rstrip('/')}/?tau=5&k=999&radius=9")
+    try:
+        toast = pg.locator(".toast-body")
+        expect(toast).to_contain_text("ignored tau=5 from the link: τ (tau) must be in [0, 1]")
+        expect(toast).to_contain_text("ignored k=999 from the link: k must be in [0, 511]")
+        expect(pg.locator("#tau input[type=number]")).to_have_value("0.05")
+        expect(pg.locator("#k input[type=number]")).to_have_value("16")
+        expect(pg.locator("#radius input[type=number]")).to_have_value("9")   # valid, beyond the slider: kept
+        assert len([line for line in app_log if line.startswith("link refused")]) == 2
+    finally:
+        pg.close()
+
+
+OVERLAPS_JS = """() => {
+  // an element is shown when no ancestor hides it; a box is shown when no clipping ancestor
+  // (overflow other than visible) leaves its centre outside (hidden measuring copies, scrolled-out cells)
+  const shown = (el) => {
+    for (let e = el; e && e !== document.body; e = e.parentElement) {
+      const cs = getComputedStyle(e);
+      if (cs.display === 'none' || cs.visibility === 'hidden' || parseFloat(cs.opacity) === 0) return false;
+    }
+    return true;
+  };
+  const unclipped = (el, r) => {
+    const cx = r.x + r.width / 2, cy = r.y + r.height / 2;
+    for (let e = el.parentElement || el.parentNode; e && e !== document.body; e = e.parentElement) {
+      const cs = getComputedStyle(e);
+      if (cs.overflowX === 'visible' && cs.overflowY === 'visible' && cs.clipPath === 'none') continue;
+      const c = e.getBoundingClientRect();
+      if (cx < c.left || cx > c.right || cy < c.top || cy > c.bottom) return false;
+    }
+    return true;
+  };
+  const boxes = [];
+  const add = (name, el, r) => {
+    const host = el.nodeType === 3 ? el.parentElement : el;
+    if (r.width > 2 && r.height > 2 && unclipped(host, r)) boxes.push({name, el, x: r.x, y: r.y, w: r.width, h: r.height});
+  };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const n = walker.currentNode, el = n.parentElement;
+    if (!n.textContent.trim() || !el || el.closest('svg, script, style, textarea, .toast-wrap, [role=listbox]')) continue;
+    if (!shown(el)) continue;
+    const range = document.createRange();
+    range.selectNodeContents(n);
+    for (const r of range.getClientRects()) add(n.textContent.trim().slice(0, 30), n, r);
+  }
+  document.querySelectorAll('svg text').forEach((t) => {
+    if (t.textContent.trim() && shown(t)) add('svg:' + t.textContent.trim().slice(0, 30), t, t.getBoundingClientRect());
+  });
+  document.querySelectorAll('.icon-button-wrapper button, button.icon-button').forEach((b) => {
+    if (shown(b)) add('button:' + (b.getAttribute('aria-label') || b.title || 'icon'), b, b.getBoundingClientRect());
+  });
+  const out = [];
+  for (let a = 0; a < boxes.length; a++) for (let b = a + 1; b < boxes.length; b++) {
+    const p = boxes[a], q = boxes[b];
+    if (p.el === q.el || p.el.contains(q.el) || q.el.contains(p.el)) continue;
+    const dx = Math.min(p.x + p.w, q.x + q.w) - Math.max(p.x, q.x);
+    const dy = Math.min(p.y + p.h, q.y + q.h) - Math.max(p.y, q.y);
+    if (dx > 2 && dy > 2) out.push(`${p.name} | ${q.name}`);
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (1024, 768)])
+def test_no_text_overlaps_another_at_two_screen_sizes(page, width, height, tmp_path):
+    """Every tab after real results: image labels clear of their buttons, plot titles, legends and
+    axis titles clear of each other, sweep labels apart (bounding boxes measured in the page)."""
+    from playwright.sync_api import expect
+    page.set_viewport_size({"width": width, "height": height})
+    if not page.locator("#final img").count():
+        generate_and_wait(page)
+    for tab, button, status, done in (("Compare", "#compare-run", "#compare-status", "Compared"),
+                                      ("Sweep", "#sweep-run", "#sweep-status", "Swept")):
+        page.get_by_role("tab", name=tab).click()
+        if done not in page.locator(status).inner_text():
+            if tab == "Sweep":   # three runs are enough to lay out points, lines and legend
+                page.locator("#sweep-taus textarea, #sweep-taus input").first.fill("0, 0.3")
+                page.locator("#sweep-windows textarea, #sweep-windows input").first.fill("16")
+            page.locator(button).click()
+            expect(page.locator(status)).to_contain_text(done, timeout=LONG)
+    problems = {}
+    for tab in ("Run", "Compare", "Sweep"):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_timeout(1200)   # Plotly re-lays out on resize
+        page.screenshot(path=str(tmp_path / f"{tab}-{width}.png"), full_page=True)
+        found = page.evaluate(OVERLAPS_JS)
+        if found:
+            problems[tab] = found
+    page.get_by_role("tab", name="Run").click()
+    assert not problems, problems
+    # negative control: two labels placed on top of each other are found
+    page.evaluate("""() => { for (const t of ['probe A', 'probe B']) { const d = document.createElement('div');
+        d.className = 'overlap-probe'; d.textContent = t; d.style = 'position:fixed;top:40px;left:40px';
+        document.body.appendChild(d); } }""")
+    assert "probe A | probe B" in page.evaluate(OVERLAPS_JS)
+    page.evaluate("() => document.querySelectorAll('.overlap-probe').forEach((d) => d.remove())")
+
+
+def test_the_explanations_follow_the_chosen_method(page):
+    from playwright.sync_api import expect
+    page.locator("#method input").click()
+    page.get_by_role("option", name="sd", exact=True).click()
+    expect(page.get_by_text("Each tested position's probability of acceptance, min(1, p/q)")).to_be_visible()
+    page.locator("#method input").click()
+    page.get_by_role("option", name="mulo", exact=True).click()
+    expect(page.get_by_text("For every proposed token the target adds up")).to_be_visible()
+
+
+def test_generate_preset_prompt_and_the_four_knobs_sit_within_one_screen(page):
+    page.set_viewport_size({"width": 1440, "height": 900})
+    ids = ["preset", "prompt", "generate", "k", "tau", "scale", "radius"]
+    tops = [page.locator(f"#{i}").bounding_box()["y"] for i in ids]
+    bottoms = [b["y"] + b["height"] for b in (page.locator(f"#{i}").bounding_box() for i in ids)]
+    assert max(bottoms) - min(tops) <= 900, dict(zip(ids, tops))
+    assert not page.locator("#window").is_visible()     # the rest is folded
 
 
 def test_the_report_page_draws_the_frontier_and_the_sweep_tab_opens_its_summary(page, bench_folder, tmp_path):

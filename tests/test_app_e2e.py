@@ -26,11 +26,13 @@ def test_the_public_endpoints_are_named(client):
 def test_generate_returns_images_plots_and_a_trace(client):
     out = client.predict(False, *knobs(tau=0.0), api_name="/generate")
     status, trace_path, *views = out
-    v = dict(zip(h.VIEWS, views))
+    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
     assert "Done" in status
     assert all(v[k] and v[k].endswith(".png") for k in ("draft", "proposal", "final", "baseline", "canvas"))
     assert v["heatmap"]["type"] == "plotly" and "τ = 0" in v["heatmap"]["plot"]
-    assert "fewer target passes" in v["stats"]
+    traces = json.loads(v["heatmap"]["plot"])["data"]
+    assert [t["type"] for t in traces] == ["heatmap"]                        # τ = 0: every cell passes, no contour
+    assert "fewer sequential passes than ar (target + drafter)" in v["stats"]
     with open(trace_path) as f:
         assert json.load(f)["schema"] == "mulo-trace/2"
     # the session keeps the run: the scrubber replays it
@@ -38,19 +40,50 @@ def test_generate_returns_images_plots_and_a_trace(client):
     assert canvas.endswith(".png") and "Step 3 of" in caption
 
 
+def test_tau_one_says_the_speed_came_from_resampling_everything(client):
+    _, _, *views = client.predict(False, *knobs(tau=1.0), api_name="/generate")
+    stats = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))["stats"]
+    assert "Nothing of the draft was kept: every cell was resampled by the target" in stats
+    assert "| kept (not resampled, of all cells) | 0.0% |" in stats
+
+
+def test_an_sjd_run_maps_each_tested_position_and_says_why_panels_are_empty(client):
+    _, _, *views = client.predict(False, *knobs(method="sjd"), api_name="/generate")
+    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    fig = json.loads(v["heatmap"]["plot"])
+    assert fig["layout"]["title"]["text"].startswith("Probability of acceptance, min(1, p/p_prev)")
+    assert "tested drafts passed" in fig["layout"]["title"]["text"]
+    assert "verifies nothing" not in v["heatmap"]["plot"]
+    assert v["draft"].endswith(".png") and v["proposal"].endswith(".png")   # panels of words, not blanks
+    assert "draft failed its test" in v["islands_key"]
+
+
 def test_compare_runs_every_method_on_one_seed(client):
     gallery, table, plot, status = client.predict(*knobs(tau=0.0), api_name="/compare")
+    col = {name: n for n, name in enumerate(h.COMPARE_COLUMNS)}
+    assert table["headers"] == h.COMPARE_COLUMNS
     rows = {row[0]: row for row in table["data"]}
-    assert {"ar", "zipar", "mulo"} <= set(rows)
-    assert rows["ar"][5] == 1 and rows["mulo"][5] > 100          # tau = 0: NFE speedup over ar
-    assert all(0 <= row[7] <= 1 for row in rows.values() if row[7] is not None)   # quality beside speed
+    assert {"ar", "zipar", "mulo"} <= set(rows) and table["data"][0][0] == "ar"   # ar timed first
+    mulo = rows["mulo"]
+    assert rows["ar"][col["passes speedup"]] == 1
+    # tau = 0: one verify pass after the drafter's passes; the headline counts both
+    assert mulo[col["passes speedup"]] == round(1024 / mulo[col["passes (target + drafter)"]], 2)
+    assert mulo[col["passes (target + drafter)"]] == mulo[col["target NFE"]] + mulo[col["drafter NFE"]]
+    assert mulo[col["target NFE speedup (detail)"]] > 100
+    assert all(0 <= row[col["quality"]] <= 1 for row in rows.values() if row[col["quality"]] is not None)
     assert len(gallery) >= 3 and "Compared" in status
 
 
 def test_an_uploaded_trace_replays(client, tmp_path):
     _, trace_path, *_ = client.predict(False, *knobs(method="zipar", window=16), api_name="/generate")
     status, _, *views = client.predict(handle_file(trace_path), False, api_name="/replay")
-    assert "no model ran" in status and "zipar" in status
+    assert "no model ran" in status and "zipar" in status and "no ar baseline" in status
+    v = dict(zip(h.VIEWS, views))
+    assert "wall clock: no ar run to compare" in v["stats"]
+    # the page offers to time one: the replayed run gets its ar baseline and a wall-clock ratio
+    status, *views = client.predict(False, api_name="/baseline")
+    v = dict(zip(h.VIEWS, views))
+    assert "ar baseline timed" in status and "× wall clock" in v["stats"] and "a rough ratio" in v["stats"]
 
 
 def test_bad_input_comes_back_as_an_error_and_the_app_stays_up(client, tmp_path):
