@@ -33,6 +33,22 @@ def test_relaxation_moves_the_longest_neighbour_prefix_within_delta():
     assert torch.allclose(relaxed_target(p, torch.tensor([0]), neighbours, 4, 0.0), p)
 
 
+def test_the_residual_of_p_against_itself_falls_back_to_p():
+    p = torch.tensor([[0.5, 0.25, 0.25, 0.0]])
+    assert torch.equal(residual(p, p), p)
+
+
+def test_relaxation_keeps_a_prefix_that_reaches_delta_exactly_and_honours_k():
+    p = torch.tensor([[0.25, 0.25, 0.25, 0.125, 0.125]])      # binary fractions: sums are exact
+    neighbours = torch.tensor([[1, 2, 3, 4]] * 5)
+    # n1 + n2 = 0.5 == delta: both move
+    assert torch.equal(relaxed_target(p, torch.tensor([0]), neighbours, k=4, delta=0.5),
+                       torch.tensor([[0.75, 0.0, 0.0, 0.125, 0.125]]))
+    # k = 1: only the nearest neighbour may move, whatever delta allows
+    assert torch.equal(relaxed_target(p, torch.tensor([0]), neighbours, k=1, delta=0.9),
+                       torch.tensor([[0.5, 0.0, 0.25, 0.125, 0.125]]))
+
+
 @pytest.fixture(scope="module")
 def pair8(tiny_pair):
     return dataclasses.replace(tiny_pair, grid=(8, 8))
