@@ -64,7 +64,9 @@ for m in "${MODULES[@]}"; do
   } > "$work/setup.cfg"
   name=$(echo "${m%.py}" | tr / .)
   (cd "$work" && nice -n 19 mutmut run --max-children "${MUTMUT_CHILDREN:-1}" > "$ROOT/mutation-results/$name.log" 2>&1 || true
-   cd "$work" && mutmut results --all true > "$ROOT/mutation-results/$name.txt")
+   cd "$work" && mutmut results --all true > "$ROOT/mutation-results/$name.txt"
+   for s in $(grep -v ': killed' "$ROOT/mutation-results/$name.txt" | sed 's/^ *//; s/:.*//'); do mutmut show "$s"; done \
+     > "$ROOT/mutation-results/$name.survivors.diff" 2>&1 || true)
   rm -rf "$work"
 done
 cat "$ROOT"/mutation-results/*.txt | python "$ROOT/scripts/mutation_summary.py"
