@@ -38,6 +38,25 @@ def test_the_residual_of_p_against_itself_falls_back_to_p():
     assert torch.equal(residual(p, p), p)
 
 
+def test_rules_work_row_by_row_on_a_batch_of_rows():
+    """(T, V) inputs: each row's residual, relaxation and pooled share are those of the row alone."""
+    from core.acceptance import pooled_mass
+    g = torch.Generator().manual_seed(1)
+    p = torch.rand(3, 6, generator=g) ** 2
+    q = torch.rand(3, 6, generator=g) ** 2
+    p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
+    neighbours = torch.stack([torch.roll(torch.arange(6), -s)[1:] for s in range(6)])   # code v: v+1, v+2, ...
+    drafts = torch.tensor([0, 3, 5])
+    rows = [residual(p[t], q[t]) for t in range(3)]
+    assert torch.allclose(residual(p, q), torch.stack(rows))
+    relaxed = relaxed_target(p, drafts, neighbours, k=3, delta=0.3)
+    assert torch.allclose(relaxed, torch.cat([relaxed_target(p[t:t + 1], drafts[t:t + 1], neighbours, 3, 0.3) for t in range(3)]))
+    # pooled is a share of the row's own mass, whatever its scale
+    weights = torch.tensor([[2.0, 1.0, 1.0, 0.0], [0.5, 0.25, 0.25, 0.0]])
+    assert torch.allclose(pooled_mass(weights, torch.tensor([0, 1]), torch.tensor([[1, 2, 3]] * 4), k=0),
+                          torch.tensor([0.5, 0.25], dtype=torch.float64))
+
+
 def test_relaxation_keeps_a_prefix_that_reaches_delta_exactly_and_honours_k():
     p = torch.tensor([[0.25, 0.25, 0.25, 0.125, 0.125]])      # binary fractions: sums are exact
     neighbours = torch.tensor([[1, 2, 3, 4]] * 5)
