@@ -17,8 +17,9 @@ def test_cfg_interval_guides_cells_up_to_the_interval_plus_one_then_reads_the_co
 
 
 def test_cfg_interval_without_the_predicted_cells_is_refused():
-    with pytest.raises(ValueError, match="cfg_interval"):
-        processed(torch.randn(2, 5), SamplingConfig(cfg_interval=3))
+    for interval in (0, 3):
+        with pytest.raises(ValueError, match="^cfg_interval needs the raster indices of the predicted cells$"):
+            processed(torch.randn(2, 5), SamplingConfig(cfg_interval=interval))
 
 
 def processed_by_definition(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
@@ -68,3 +69,14 @@ def test_cfg_interval_zero_guides_the_first_two_cells_only():
     out = processed(torch.stack([cond, uncond]), SamplingConfig(cfg=2.0, cfg_interval=0), cells=list(range(4)))[0]
     guided = (uncond + 2.0 * (cond - uncond)).softmax(-1)
     assert torch.allclose(out[:2], guided[:2]) and torch.allclose(out[2:], cond[2:].softmax(-1))
+
+
+@pytest.mark.parametrize("s", [SamplingConfig(top_k=3), SamplingConfig(top_p=0.6), SamplingConfig(temperature=0.7, top_k=5, top_p=0.8)],
+                         ids=["top_k", "top_p", "both"])
+def test_a_forward_s_rows_are_filtered_each_on_its_own(s):
+    """(2, T, V) logits of T cells: row t of the result is the processed distribution of cell t alone."""
+    logits = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(4)) * 2
+    out = processed(logits, s)[0]                                             # (T, V)
+    for t in range(5):
+        assert torch.allclose(out[t], processed(logits[:, t], s)[0]), t
+        assert torch.allclose(out[t].double(), processed_by_definition(logits[:, t], s), atol=1e-5), t
