@@ -71,8 +71,9 @@ def test_cfg_interval_zero_guides_the_first_two_cells_only():
     assert torch.allclose(out[:2], guided[:2]) and torch.allclose(out[2:], cond[2:].softmax(-1))
 
 
-@pytest.mark.parametrize("s", [SamplingConfig(top_k=3), SamplingConfig(top_p=0.6), SamplingConfig(temperature=0.7, top_k=5, top_p=0.8)],
-                         ids=["top_k", "top_p", "both"])
+@pytest.mark.parametrize("s", [SamplingConfig(top_k=3), SamplingConfig(top_k=6), SamplingConfig(top_p=0.6),
+                               SamplingConfig(temperature=0.7, top_k=5, top_p=0.8)],
+                         ids=["top_k3", "top_k6_more_than_T", "top_p", "both"])
 def test_a_forward_s_rows_are_filtered_each_on_its_own(s):
     """(2, T, V) logits of T cells: row t of the result is the processed distribution of cell t alone."""
     logits = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(4)) * 2
