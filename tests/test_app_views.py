@@ -4,14 +4,12 @@ Traces come from the tiny random pair (fast, and sharp enough to reject); multi-
 make band offsets and cells judged more than once matter. The expected value of every cell is
 assembled here from the verify steps, cell by cell, without app.render's helpers.
 """
-import json
 import math
 import re
 
 import gradio as gr
 import numpy as np
 import pytest
-from PIL import Image
 
 from app import handlers as h
 from app import plots, render
@@ -59,7 +57,8 @@ def test_heatmap_cells_hold_the_pooled_mass_of_the_pass_that_judged_them(trace):
         assert float(custom[i, j][1]) == pytest.approx(pooled, abs=1e-5)
         assert custom[i, j][2] == ("accepted" if passed else "rejected")
     # the title counts the passes of the cells as last judged
-    assert f"({sum(a for _, a in judged.values())} of {H * W} accepted)" in plots.heatmap(trace, render.verdict(trace)).layout.title.text
+    title = plots.heatmap(trace, render.verdict(trace)).layout.title.text
+    assert f"({sum(a for _, a in judged.values())} of {H * W} accepted)" in title
 
 
 def test_the_heatmap_is_not_the_transpose_or_a_shifted_band(trace):
