@@ -36,3 +36,18 @@ def test_pixel_downsampling_is_decode_area_encode(tokenizer, r):
         expected = tokenizer.encode(F.interpolate(tokenizer.decode(tokens[None]), scale_factor=1 / r, mode="area"))[0]
         got = pixel_downsample(tokens, r, tokenizer)
     assert got.shape == (8 // r, 8 // r) and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("n", [0, 4])
+def test_pixel_upsampling_clamps_the_bicubic_overshoot_of_a_drawn_scene(tokenizer, n):
+    """Hard edges of a real scene overshoot [-1, 1] under bicubic resizing (random tokens rarely do):
+    the clamp, both ends, decides some tokens here."""
+    from core import data
+    with torch.no_grad():
+        tokens = tokenizer.encode(data.image_batch(data.scenes(5, n + 1)[n:], 16))[0]      # an 8 x 8 draft
+        big = F.interpolate(tokenizer.decode(tokens[None]), scale_factor=2, mode="bicubic")
+        assert big.max() > 1.05 and big.min() < -1.02
+        expected = tokenizer.encode(big.clamp(-1, 1))[0]
+        assert not torch.equal(expected, tokenizer.encode(big.clamp(-1, None))[0])
+        assert not torch.equal(expected, tokenizer.encode(big.clamp(None, 1))[0])
+        assert torch.equal(pixel_upsample(tokens, 2, tokenizer), expected)
