@@ -1,7 +1,10 @@
 import json
 
+import numpy as np
 import pytest
+from PIL import Image
 
+from core import engine
 from core.cli import main
 
 PROMPT = "a large red circle center on a striped blue background"
@@ -29,6 +32,13 @@ def test_generate_writes_the_image_and_a_readable_trace(tmp_path):
                  "--trace", str(trace)]) == 0
     d = json.loads(trace.read_text())
     assert out.stat().st_size > 0 and d["schema"] == "mulo-trace/2" and d["grid"] == {"target": [32, 32], "draft": [8, 8]}
+    # the file is a PNG of the trace's tokens decoded, at the tokenizer's size (32 tokens x 2 pixels)
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    img = Image.open(out)
+    assert img.format == "PNG" and img.mode == "RGB" and img.size == (64, 64)
+    assert np.array_equal(np.asarray(img), engine.decode_image(d["tokens"], engine.load_pair("embedded").tokenizer))
+    assert np.asarray(img).std() > 5                      # a picture, not a blank
 
 
 @pytest.mark.parametrize("model, cfg, top_k", [("llamagen-c2i-B-256", "4.0", "2000"), ("llamagen-t2i", "7.5", "1000"),

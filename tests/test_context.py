@@ -243,3 +243,120 @@ def test_the_decoder_names_its_violations(tiny_pair):
     assert dec.violations(known, 9, context="verify") == [3]           # verify mode sees the token only
     known[3], known[7] = 3, UNKNOWN                                    # 7 withdrawn: it holds an uncommitted token
     assert 7 in dec.violations(known, 9)
+
+
+# ---- pooled mass and verdicts against their definition, for several k ----------------------------
+
+def nearest_codes(tokenizer, k: int) -> torch.Tensor:
+    """(V, k) the k nearest other codes of each code by L2 on the code vectors: B_k by its definition,
+    computed here from the codebook, not read from the pair's neighbour table."""
+    codes = tokenizer.quantize.codes().float()
+    d = torch.cdist(codes, codes)
+    d.fill_diagonal_(float("inf"))
+    return d.argsort(dim=1)[:, :k]
+
+
+@pytest.fixture(scope="module")
+def one_band(tiny_pair):
+    """A single-band run's proposal and the cache-free distributions of its verify pass: the context of
+    cell t is the prefix and the proposal before t. Returns (proposal (N,), rows (N, V): row t is cell t)."""
+    t = run_mulo(tiny_pair, tau=0.0)
+    proposal = np.array(t.proposal).reshape(-1)
+    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
+    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu")
+    dec.prefill()
+    B, N = dec.captions.shape[0], dec.n_cells
+    logits = tiny_pair.target.forward_visible(dec.captions, dec.masks, torch.from_numpy(proposal)[None].expand(B, N),
+                                              dec.grid, torch.ones(N, dtype=torch.bool), drop=dec.drop)
+    later = processed(logits, dec.sampling, cells=list(range(1, N + 1)))[0]      # row t predicts t + 1
+    return proposal, torch.cat([dec.p0[None], later[:-1]]).double()
+
+
+def pooled_by_definition(rows: torch.Tensor, proposal: np.ndarray, nearest: torch.Tensor) -> np.ndarray:
+    x = torch.from_numpy(proposal)
+    b_k = torch.cat([x[:, None], nearest[x]], dim=1)                                # (N, 1 + k)
+    return (rows.gather(1, b_k).sum(1) / rows.sum(1)).numpy()
+
+
+def test_pooled_mass_and_verdicts_follow_k_as_the_definition_says(tiny_pair, tokenizer, one_band):
+    """For k = 0, 1, 16 at one tau: the trace's pooled mass equals the mass of the cache-free verify
+    distribution on the proposal and its k nearest codes (within 1e-4), every verdict is that mass
+    >= tau, and a larger k passes more cells. Built-in control: the masses of different k differ by ten times
+    more than the tolerance, so a pooled mass that ignored k could not pass."""
+    proposal, rows = one_band
+    ks = (0, 1, 16)
+    expected = {k: pooled_by_definition(rows, proposal, nearest_codes(tokenizer, k)) for k in ks}
+    tau = float(np.median(expected[1]))
+    tau += 1e-6 if min(np.abs(e - tau).min() for e in expected.values()) < 1e-6 else 0.0
+    assert min(np.abs(e - tau).min() for e in expected.values()) >= 1e-6   # no verdict sits on the edge
+    passed = []
+    for k in ks:
+        t = run_mulo(tiny_pair, k=k, tau=tau)
+        (v,) = [s for s in t.steps if s["phase"] == "verify"]
+        assert np.array_equal(np.array(t.proposal).reshape(-1), proposal)
+        pooled, accepted = np.array(v["pooled"]).reshape(-1), np.array(v["accepted"]).reshape(-1)
+        assert np.abs(pooled - expected[k]).max() < TOL, k
+        assert np.array_equal(accepted, expected[k] >= tau), k
+        passed.append(int(accepted.sum()))
+    assert passed[0] < passed[1] < passed[2]
+    for a, b in ((0, 1), (1, 16)):
+        assert np.median(np.abs(expected[a] - expected[b])) > 10 * TOL
+
+
+# ---- resampled cells are draws from the distribution of the context they were sampled under -------
+
+def randomized_pit(rows: torch.Tensor, tokens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """u = F(x-) + U p(x) with tokens ranked by descending probability: uniform on [0, 1], independently
+    cell after cell, exactly when each token x was drawn from its row (the Rosenblatt transform)."""
+    order = rows.argsort(dim=1, descending=True, stable=True)
+    ranked = rows.gather(1, order)
+    rank = (order == torch.from_numpy(tokens)[:, None]).float().argmax(1)
+    before = (ranked.cumsum(1) - ranked).gather(1, rank[:, None])[:, 0]
+    own = ranked.gather(1, rank[:, None])[:, 0]
+    return (before + torch.from_numpy(rng.random(len(tokens))) * own).numpy()
+
+
+def ks_distance(u: np.ndarray) -> float:
+    """Kolmogorov-Smirnov distance between the sample u and the uniform distribution on [0, 1]."""
+    u = np.sort(u)
+    n = len(u)
+    return float(max((np.arange(1, n + 1) / n - u).max(), (u - np.arange(n) / n).max()))
+
+
+@pytest.fixture(scope="module")
+def serial_resampling(embedded):
+    """A single-band serial run of the shipped models: when cell t is resampled every cell before it is
+    committed for good, so its distribution is row t - 1 of a cache-free forward over the final tokens.
+    Returns (final (N,), proposal (N,), R_X cells, their cache-free distributions (n, V))."""
+    t = run_mulo(embedded, context="exact", k=16, tau=0.05, resample="serial")
+    (v,) = [s for s in t.steps if s["phase"] == "verify"]
+    final, proposal = np.array(t.tokens).reshape(-1), np.array(t.proposal).reshape(-1)
+    cells = np.flatnonzero(np.array(v["resample"]).reshape(-1))
+    ids, mask = embedded.caption(PROMPT, embedded.grid)
+    dec = Decoder(embedded.target, embedded.grid, ids, mask, RunConfig().sampling, "cpu")
+    dec.prefill()
+    B, N = dec.captions.shape[0], dec.n_cells
+    logits = embedded.target.forward_visible(dec.captions, dec.masks, torch.from_numpy(final)[None].expand(B, N),
+                                             dec.grid, torch.ones(N, dtype=torch.bool), drop=dec.drop)
+    later = processed(logits, dec.sampling, cells=list(range(1, N + 1)))[0]
+    rows = torch.cat([dec.p0[None], later[:-1]])[cells].double()
+    return final, proposal, cells, rows
+
+
+KS_CRITICAL = 1.95   # / sqrt(n): the Kolmogorov-Smirnov test at level 0.001
+
+
+def test_resampled_cells_are_draws_from_the_cache_free_distribution_of_their_context(serial_resampling):
+    final, _, cells, rows = serial_resampling
+    assert len(cells) >= 100
+    u = randomized_pit(rows, final[cells], np.random.default_rng(0))
+    assert ks_distance(u) < KS_CRITICAL / np.sqrt(len(cells))
+
+
+def test_tokens_not_drawn_from_that_distribution_fail_the_same_check(serial_resampling):
+    """Negative controls: keeping the proposal, writing the most likely token, or one constant token."""
+    final, proposal, cells, rows = serial_resampling
+    limit = KS_CRITICAL / np.sqrt(len(cells))
+    for name, tokens in (("proposal", proposal[cells]), ("argmax", rows.argmax(1).numpy()),
+                         ("constant", np.full(len(cells), int(np.bincount(final).argmax())))):
+        assert ks_distance(randomized_pit(rows, tokens, np.random.default_rng(0))) > limit, name

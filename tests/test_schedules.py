@@ -90,3 +90,50 @@ def test_on_a_full_grid_it_is_zipar(H, W, w):
     assert len(waves) == W + (H - 1) * min(w, W)
     assert waves == cells_counting_zipar(full, w)
     assert schedule_violations(full, waves, w) == []
+
+
+# ---- the geometry the schedule runs on: R_X and islands against their definitions ---------------
+
+def components_by_union_find(mask: np.ndarray) -> list[set]:
+    """8-connected components of mask, as sets of cells, by union-find over neighbouring pairs."""
+    H, W = mask.shape
+    parent = {c: c for c in zip(*np.nonzero(mask))}
+
+    def root(c):
+        while parent[c] != c:
+            c = parent[c]
+        return c
+    for (i, j) in parent:
+        for a in (i - 1, i, i + 1):
+            for b in (j - 1, j, j + 1):
+                if (a, b) in parent:
+                    parent[root((a, b))] = root((i, j))
+    groups: dict = {}
+    for c in parent:
+        groups.setdefault(root(c), set()).add((int(c[0]), int(c[1])))
+    return list(groups.values())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_islands_are_the_8_connected_components_numbered_in_raster_order(seed):
+    rng = np.random.default_rng(100 + seed)
+    mask = rng.random((9, 11)) < rng.uniform(0.1, 0.5)
+    labels = label_islands(mask)
+    want = sorted(components_by_union_find(mask), key=lambda s: min(i * 11 + j for i, j in s))
+    got = [{(int(i), int(j)) for i, j in zip(*np.nonzero(labels == m))} for m in range(1, labels.max() + 1)]
+    assert got == want
+    assert ((labels > 0) == mask).all()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_expansion_is_its_definition_with_the_first_rejection_anywhere(seed):
+    from core.islands import expand
+    rng = np.random.default_rng(200 + seed)
+    H, W, radius = 8, 10, int(rng.integers(0, 3))
+    rejected = rng.random((H, W)) < 0.08
+    rejected[: int(rng.integers(0, H))] = False          # t0 falls on a later row, with cells before it
+    cells = list(zip(*np.nonzero(rejected)))
+    t0 = min((i * W + j for i, j in cells), default=H * W)
+    want = np.array([[i * W + j >= t0 and any(abs(i - a) <= radius and abs(j - b) <= radius for a, b in cells)
+                      for j in range(W)] for i in range(H)])
+    assert np.array_equal(expand(rejected, radius), want)

@@ -9,6 +9,7 @@ from core.acceptance import exact_accept_prob, relaxed_target, residual
 from core.config import RunConfig, SamplingConfig
 from core.embedded import family
 from core.methods import sd
+from core.trace import Trace
 
 PROMPT = "a large red circle center on a striped blue background"
 
@@ -31,6 +32,41 @@ def test_relaxation_moves_the_longest_neighbour_prefix_within_delta():
     # 0.05 (n1) + 0.15 (n2) = 0.20 <= 0.25; + 0.3 (n3) would exceed: stop there
     assert torch.allclose(out, torch.tensor([[0.30, 0.3, 0.0, 0.0, 0.4]]))
     assert torch.allclose(relaxed_target(p, torch.tensor([0]), neighbours, 4, 0.0), p)
+
+
+def test_the_residual_of_p_against_itself_falls_back_to_p():
+    p = torch.tensor([[0.5, 0.25, 0.25, 0.0]])
+    assert torch.equal(residual(p, p), p)
+
+
+def test_rules_work_row_by_row_on_a_batch_of_rows():
+    """(T, V) inputs: each row's residual, relaxation and pooled share are those of the row alone."""
+    from core.acceptance import pooled_mass
+    g = torch.Generator().manual_seed(1)
+    p = torch.rand(3, 6, generator=g) ** 2
+    q = torch.rand(3, 6, generator=g) ** 2
+    p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
+    neighbours = torch.stack([torch.roll(torch.arange(6), -s)[1:] for s in range(6)])   # code v: v+1, v+2, ...
+    drafts = torch.tensor([0, 3, 5])
+    rows = [residual(p[t], q[t]) for t in range(3)]
+    assert torch.allclose(residual(p, q), torch.stack(rows))
+    relaxed = relaxed_target(p, drafts, neighbours, k=3, delta=0.3)
+    assert torch.allclose(relaxed, torch.cat([relaxed_target(p[t:t + 1], drafts[t:t + 1], neighbours, 3, 0.3) for t in range(3)]))
+    # pooled is a share of the row's own mass, whatever its scale
+    weights = torch.tensor([[2.0, 1.0, 1.0, 0.0], [0.5, 0.25, 0.25, 0.0]])
+    assert torch.allclose(pooled_mass(weights, torch.tensor([0, 1]), torch.tensor([[1, 2, 3]] * 4), k=0),
+                          torch.tensor([0.5, 0.25], dtype=torch.float64))
+
+
+def test_relaxation_keeps_a_prefix_that_reaches_delta_exactly_and_honours_k():
+    p = torch.tensor([[0.25, 0.25, 0.25, 0.125, 0.125]])      # binary fractions: sums are exact
+    neighbours = torch.tensor([[1, 2, 3, 4]] * 5)
+    # n1 + n2 = 0.5 == delta: both move
+    assert torch.equal(relaxed_target(p, torch.tensor([0]), neighbours, k=4, delta=0.5),
+                       torch.tensor([[0.75, 0.0, 0.0, 0.125, 0.125]]))
+    # k = 1: only the nearest neighbour may move, whatever delta allows
+    assert torch.equal(relaxed_target(p, torch.tensor([0]), neighbours, k=1, delta=0.9),
+                       torch.tensor([[0.5, 0.0, 0.25, 0.125, 0.125]]))
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +161,121 @@ def test_an_always_accept_rule_fails_the_same_test(embedded_row, ar_samples):
     def always_accept(ctx):  # negative control: p~ so large on the draft that every draft passes
         return sd.speculate(ctx, lambda p, drafts: p + 1e9 * torch.nn.functional.one_hot(drafts, p.shape[-1]))
     assert _tv(_first_cells(embedded_row, always_accept, 20_000), ar_samples) > 0.15
+
+
+# ---- statistical: the joint distribution of a short row against its exact value -------------------
+#
+# On a 1 x 4 row at top_k = 2 the target's joint distribution has at most 16 outcomes; each one's
+# probability is the product of four conditionals, computed here from cache-free forwards
+# (GPT.forward_visible) over its prefix. A method that claims exactness must match it in total
+# variation over whole rows (not only per-cell marginals).
+
+ROW, TOP2, N_ROWS, TV_LIMIT = (1, 4), SamplingConfig(top_k=2), 400, 0.15
+
+
+def exact_joint(pair, s: SamplingConfig) -> dict[tuple, float]:
+    from core.decoding import Decoder
+    from core.sampling import processed
+    ids, mask = pair.caption(PROMPT, pair.grid)
+    dec = Decoder(pair.target, pair.grid, ids, mask, s, "cpu")
+    dec.prefill()                                            # cell 0: nothing before it to cache
+    N, B = pair.grid[0] * pair.grid[1], dec.captions.shape[0]
+    out: dict[tuple, float] = {}
+
+    def walk(prefix: list[int], prob: float) -> None:
+        c = len(prefix)
+        if c == N:
+            out[tuple(prefix)] = prob
+            return
+        if c == 0:
+            row = dec.p0
+        else:
+            tokens = torch.zeros(N, dtype=torch.long)
+            tokens[:c] = torch.tensor(prefix)
+            visible = torch.arange(N) < c
+            logits = pair.target.forward_visible(dec.captions, dec.masks, tokens[None].expand(B, N), pair.grid,
+                                                 visible, drop=dec.drop)
+            row = processed(logits, s)[0, c - 1]             # row c - 1 predicts cell c
+        for v in torch.nonzero(row > 0).flatten().tolist():
+            walk(prefix + [v], prob * float(row[v]))
+    walk([], 1.0)
+    return out
+
+
+def joint_tv(rows: list[tuple], exact: dict[tuple, float]) -> float:
+    seen: dict[tuple, float] = {}
+    for r in rows:
+        seen[r] = seen.get(r, 0.0) + 1.0 / len(rows)
+    return 0.5 * sum(abs(seen.get(k, 0.0) - exact.get(k, 0.0)) for k in set(seen) | set(exact))
+
+
+def sampled_rows(pair, method: str, **params) -> tuple[list[tuple], list[Trace]]:
+    traces = [engine.run(RunConfig(method=method, prompt=PROMPT, seed=30_000 + n, sampling=TOP2)
+                         .with_params(**params), pair) for n in range(N_ROWS)]
+    return [tuple(np.array(t.tokens).reshape(-1).tolist()) for t in traces], traces
+
+
+@pytest.fixture(scope="module")
+def tiny_row(tokenizer):
+    """A random tiny target on a 1 x 4 row, and a drafter that is the target with its weights perturbed:
+    they agree often enough for full acceptances (the bonus token) and disagree often enough to reject."""
+    from conftest import tiny_gpt
+    from core import data
+    target, drafter = tiny_gpt(0), tiny_gpt(0)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for w in drafter.parameters():
+            if w.numel() > 1:
+                w.add_(SD_NOISE * w.std() * torch.randn(w.shape, generator=g))
+    pair = engine.ModelPair("tiny", target, target, drafter, tokenizer, ROW, lambda prompt, grid: data.caption_ids(prompt, 32),
+                            tokenizer.neighbours(8))
+    return pair, exact_joint(pair, TOP2)
+
+
+SD_NOISE = 0.15
+
+
+def test_sd_over_several_cycles_with_the_bonus_token_samples_the_exact_joint(tiny_row):
+    """gamma = 2 on four cells: every run needs a second cycle, and full acceptances add the bonus."""
+    pair, exact = tiny_row
+    rows, traces = sampled_rows(pair, "sd", gamma=2)
+    verifies = [[s for s in t.steps if s["phase"] == "verify"] for t in traces]
+    assert all(len(v) >= 2 for v in verifies)
+    assert sum(any(s["bonus"] for s in v) for v in verifies) >= N_ROWS // 10
+    assert sum(any(s["resampled"] for s in v) for v in verifies) >= N_ROWS // 40
+    assert joint_tv(rows, exact) < TV_LIMIT
+
+
+def test_sd_that_resamples_from_p_instead_of_the_residual_fails_the_same_test(tiny_row, monkeypatch):
+    """Negative control: the classic bug, p in place of normalize(max(0, p - q)) after a rejection."""
+    pair, exact = tiny_row
+    monkeypatch.setattr(sd, "residual", lambda p, q: p)
+    rows, _ = sampled_rows(pair, "sd", gamma=2)
+    assert joint_tv(rows, exact) > TV_LIMIT
+
+
+@pytest.fixture(scope="module")
+def embedded_row4():
+    """The shipped target on a 1 x 4 row: sjd's later guesses come from p under another context, and a
+    trained target reacts to that context."""
+    pair = dataclasses.replace(engine.load_pair("embedded"), grid=ROW,
+                               caption=lambda prompt, grid: engine._embedded_caption(prompt, (32, 32)))
+    return pair, exact_joint(pair, TOP2)
+
+
+@pytest.mark.parametrize("init", ["random", "repeat"])
+def test_sjd_samples_the_exact_joint(embedded_row4, init):
+    """A window of 2 over four cells: guesses iterated from an earlier pass are judged against p."""
+    pair, exact = embedded_row4
+    rows, traces = sampled_rows(pair, "sjd", sjd_window=2, sjd_init=init)
+    assert all(len([s for s in t.steps if s["phase"] == "verify"]) >= 2 for t in traces)
+    assert joint_tv(rows, exact) < TV_LIMIT
+
+
+def test_sjd_that_accepts_every_guess_fails_the_same_test(embedded_row4, monkeypatch):
+    """Negative control: guesses kept without the min(1, p/q) test."""
+    from core.methods import sjd
+    pair, exact = embedded_row4
+    monkeypatch.setattr(sjd, "exact_accept_prob", lambda p, q: torch.ones_like(torch.as_tensor(p)))
+    rows, _ = sampled_rows(pair, "sjd", sjd_window=2)
+    assert joint_tv(rows, exact) > TV_LIMIT

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Mutation score of the engine, one module at a time, each against the fast tests that exercise it.
+#
+#   scripts/mutation.sh                          every module of the table below
+#   scripts/mutation.sh core/acceptance.py ...   the named modules only
+#
+# Needs mutmut 3 (`pip install mutmut`); not part of CI (hours on two cores for the whole table).
+# Each module runs in a scratch copy of the working tree (tracked and untracked, not ignored files),
+# so the tree itself is never touched; results land in mutation-results/<module>.txt and the table
+# of scores is printed by scripts/mutation_summary.py. `MUTMUT_CHILDREN` sets parallel mutants (1).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+# module -> the tests (files or node ids) that run against its mutants: the fast ones that check the
+# module against a definition or an oracle. Entries missing from the tree are skipped (older trees).
+declare -A TESTS=(
+  [core/acceptance.py]="tests/test_speculative.py tests/test_engine.py::test_accepted_exactly_when_pooled_reaches_tau
+    tests/test_context.py::test_pooled_mass_of_a_later_band_equals_a_cache_free_forward
+    tests/test_context.py::test_tau_one_with_every_neighbour_passes_every_cell
+    tests/test_context.py::test_pooled_mass_and_verdicts_follow_k_as_the_definition_says"
+  [core/islands.py]="tests/test_schedules.py tests/test_engine.py::test_the_resample_mask_follows_the_expansion_rule
+    tests/test_engine.py::test_islands_are_the_8_connected_components_of_the_resample_mask"
+  [core/schedules.py]="tests/test_schedules.py tests/test_engine.py::test_zipar_with_window_w_gives_ar_tokens
+    tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/sampling.py]="tests/test_sampling.py tests/test_speculative.py tests/test_engine.py::test_the_same_seed_gives_the_same_trace
+    tests/test_llamagen_golden.py::test_top_k_and_top_p_filtering_equal_the_official_rule_bit_for_bit"
+  [core/upsampling.py]="tests/test_upsampling.py tests/test_engine.py::test_tau_zero_accepts_every_proposal
+    tests/test_context.py::test_pooled_mass_of_a_later_band_equals_a_cache_free_forward"
+  [core/trace.py]="tests/test_engine.py tests/test_app_views.py"
+  [core/decoding.py]="tests/test_context.py tests/test_engine.py"
+  [core/methods/mulo.py]="tests/test_engine.py tests/test_context.py"
+  [core/methods/sd.py]="tests/test_speculative.py"
+  [core/methods/sjd.py]="tests/test_speculative.py"
+  [app/render.py]="tests/test_app_views.py tests/test_app_render.py"
+  [app/plots.py]="tests/test_app_views.py tests/test_app_render.py"
+)
+# the slowest tests of those files stay out of the mutation runs: each would run per mutant
+DESELECT="not shipped and not old_refresh and not verify_keeps and not sd_samples_the_target and not always_accept_rule"
+
+present() {  # a file, or file::test whose test function the file defines
+  local f=${1%%::*} t=${1#*::}
+  [ -f "$ROOT/$f" ] && { [ "$t" = "$1" ] || grep -q "def $t(" "$ROOT/$f"; }
+}
+
+MODULES=("$@")
+[ ${#MODULES[@]} -gt 0 ] || MODULES=(core/acceptance.py core/islands.py core/schedules.py core/sampling.py
+                                     core/upsampling.py core/trace.py core/decoding.py core/methods/mulo.py
+                                     core/methods/sd.py core/methods/sjd.py app/render.py app/plots.py)
+mkdir -p "$ROOT/mutation-results"
+for m in "${MODULES[@]}"; do
+  [ -n "${TESTS[$m]:-}" ] || { echo "no test selection for $m" >&2; exit 2; }
+  work=$(mktemp -d)
+  (cd "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work")
+  {
+    echo "[mutmut]"
+    printf 'source_paths =\n    core\n    app\n'
+    printf 'only_mutate =\n    %s\n' "$m"
+    printf 'also_copy =\n    assets\n    app.py\n'
+    printf 'timeout_multiplier = 3\ntimeout_constant = 10\n'   # a mutant that loops forever is stopped soon
+    printf 'pytest_add_cli_args_test_selection =\n'
+    for t in ${TESTS[$m]}; do present "$t" && printf '    %s\n' "$t"; done
+    printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -k\n    %s\n' "$DESELECT"
+  } > "$work/setup.cfg"
+  name=$(echo "${m%.py}" | tr / .)
+  (cd "$work" && nice -n 19 mutmut run --max-children "${MUTMUT_CHILDREN:-1}" > "$ROOT/mutation-results/$name.log" 2>&1 || true
+   cd "$work" && mutmut results --all true > "$ROOT/mutation-results/$name.txt"
+   for s in $(grep -v ': killed' "$ROOT/mutation-results/$name.txt" | sed 's/^ *//; s/:.*//'); do mutmut show "$s"; done \
+     > "$ROOT/mutation-results/$name.survivors.diff" 2>&1 || true)
+  rm -rf "$work"
+done
+cat "$ROOT"/mutation-results/*.txt | python "$ROOT/scripts/mutation_summary.py"

@@ -1,0 +1,146 @@
+"""The views carry the trace's numbers to the right cells: heatmap, cell card, and the FD they report.
+
+Traces come from the tiny random pair (fast, and sharp enough to reject); multi-band and raster runs
+make band offsets and cells judged more than once matter. The expected value of every cell is
+assembled here from the verify steps, cell by cell, without app.render's helpers.
+"""
+import math
+import re
+
+import gradio as gr
+import numpy as np
+import pytest
+
+from app import handlers as h
+from app import plots, render
+from core import engine, family
+from core.config import RunConfig
+
+PROMPT = "a large red circle center and a small blue square top left on a striped green background"
+
+
+def mulo(pair, **params):
+    return engine.run(RunConfig(method="mulo", prompt=PROMPT, seed=2).with_params(**{"k": 4, "tau": 0.007, **params}), pair)
+
+
+def last_judgement(trace) -> dict[tuple[int, int], tuple[float, bool]]:
+    """(i, j) -> (pooled, passed) of the last verify pass that judged the cell (null: not judged)."""
+    W = trace.grid["target"][1]
+    out = {}
+    for s in trace.steps:
+        if s["phase"] != "verify":
+            continue
+        r0 = s["band"][0]
+        for n, (p, a) in enumerate(zip(sum(s["pooled"], []), sum(s["accepted"], []))):
+            if p is not None:
+                out[(r0 + n // W, n % W)] = (p, a)
+    return out
+
+
+@pytest.fixture(scope="module", params=[dict(draft_rows=2), dict(draft_rows=2, rejection="raster")],
+                ids=["local-4-bands", "raster-4-bands"])
+def trace(request, tiny_pair):
+    t = mulo(tiny_pair, **request.param)
+    assert len([s for s in t.steps if s["phase"] == "verify"]) >= 4
+    return t
+
+
+def test_heatmap_cells_hold_the_pooled_mass_of_the_pass_that_judged_them(trace):
+    heat = [d for d in plots.heatmap(trace, render.verdict(trace)).data if d.type == "heatmap"][0]
+    z, custom = np.asarray(heat.z, dtype=float), np.asarray(heat.customdata, dtype=object)
+    judged = last_judgement(trace)
+    H, W = trace.grid["target"]
+    assert len(judged) == H * W
+    for (i, j), (pooled, passed) in judged.items():
+        assert z[i, j] == pytest.approx(min(0.0, max(plots.LOG_FLOOR, math.log10(max(pooled, 1e-12)))), abs=1e-9)
+        assert custom[i, j][0] == trace.proposal[i][j]
+        assert float(custom[i, j][1]) == pytest.approx(pooled, abs=1e-5)
+        assert custom[i, j][2] == ("accepted" if passed else "rejected")
+    # the title counts the passes of the cells as last judged
+    title = plots.heatmap(trace, render.verdict(trace)).layout.title.text
+    assert f"({sum(a for _, a in judged.values())} of {H * W} accepted)" in title
+
+
+def test_the_heatmap_is_not_the_transpose_or_a_shifted_band(trace):
+    """Negative control: the same comparison against the transposed or row-shifted grid fails."""
+    z = np.asarray([d for d in plots.heatmap(trace, render.verdict(trace)).data if d.type == "heatmap"][0].z, dtype=float)
+    expected = np.zeros_like(z)
+    for (i, j), (pooled, _) in last_judgement(trace).items():
+        expected[i, j] = min(0.0, max(plots.LOG_FLOOR, math.log10(max(pooled, 1e-12))))
+    assert np.abs(z - expected).max() < 1e-9
+    assert np.abs(z - expected.T).max() > 1e-3 and np.abs(z - np.roll(expected, 1, axis=0)).max() > 1e-3
+
+
+def card_numbers(text: str) -> dict:
+    num = lambda pattern: re.search(pattern, text)  # noqa: E731
+    out = dict(cell=tuple(map(int, num(r"\*\*Cell \((\d+), (\d+)\)\*\*").groups())),
+               raster=int(num(r"raster index (\d+)").group(1)), final=int(num(r"final token: (\d+)").group(1)),
+               proposal=int(num(r"proposal token: (\d+)").group(1)))
+    low = num(r"low-res cell \((\d+), (\d+)\), token (\d+)")
+    out["low"] = tuple(map(int, low.groups()))
+    pooled = num(r"pooled mass ([0-9.]+) (>=|<) tau ([0-9.eE-]+): \*\*(accepted|rejected)\*\*")
+    out["pooled"], out["verdict"] = float(pooled.group(1)), pooled.group(4)
+    island = num(r"island (\d+)")
+    out["island"] = int(island.group(1)) if island else None
+    return out
+
+
+def test_clicking_a_cell_shows_that_cell_s_numbers(trace):
+    H, W = trace.grid["target"]
+    h_, w_ = trace.grid["draft"]
+    judged = last_judgement(trace)
+    px = render.SIZE / W
+    checked = set()
+    for i, j in [(0, 0), (H - 1, W - 1), (3, W - 2), *[c for c, (_, a) in judged.items() if not a][:3]]:
+        evt = gr.SelectData(None, {"index": [int((j + 0.5) * px), int((i + 0.5) * px)], "value": None})
+        card = card_numbers(h.inspect_cell({"trace": trace}, evt))
+        assert card["cell"] == (i, j) and card["raster"] == i * W + j
+        assert card["final"] == trace.tokens[i][j] and card["proposal"] == trace.proposal[i][j]
+        a, b = i * h_ // H, j * w_ // W
+        assert card["low"] == (a, b, trace.draft[a][b])
+        pooled, passed = judged[(i, j)]
+        assert card["pooled"] == pytest.approx(pooled, abs=5e-5)
+        assert card["verdict"] == ("accepted" if passed else "rejected")
+        checked.add(passed)
+    assert checked == {True, False}
+
+
+def test_the_island_on_the_card_is_the_island_of_the_cell(tiny_pair):
+    """Island ids on the card count on across bands: band b's island m is shown as the sum of the
+    islands of the bands before it plus m."""
+    t = mulo(tiny_pair, draft_rows=2)
+    W = t.grid["target"][1]
+    px = render.SIZE / W
+    before, seen = 0, 0
+    for s in (s for s in t.steps if s["phase"] == "verify"):
+        ids = np.asarray(s["islands"])
+        for a, b in zip(*np.nonzero(ids)):
+            i, j = s["band"][0] + int(a), int(b)
+            evt = gr.SelectData(None, {"index": [int((j + 0.5) * px), int((i + 0.5) * px)], "value": None})
+            assert card_numbers(h.inspect_cell({"trace": t}, evt))["island"] == before + int(ids[a, b])
+            seen += 1
+            break
+        before += int(ids.max(initial=0))
+    assert seen >= 2
+
+
+def test_frechet_distance_is_finite_zero_for_the_reference_itself_and_positive_for_other_scenes():
+    """evaluate.quality's FD (the figure the bench reports) against its definition: the reference
+    images of the scenes themselves are at distance 0 (up to rounding); renders of other scenes are not."""
+    from core import data, evaluate
+    scenes, others = evaluate.heldout(6), data.scenes(data.HELDOUT_SEED + 777, 6)
+    clf = family.load_classifier()
+    same = evaluate.quality([data.to_uint8(x) for x in data.image_batch(scenes, 64)], scenes, clf)["frechet"]
+    other = evaluate.quality([data.to_uint8(x) for x in data.image_batch(others, 64)], scenes, clf)["frechet"]
+    assert math.isfinite(same) and math.isfinite(other)
+    assert abs(same) < 1e-3 < other
+
+
+@pytest.mark.xfail(strict=True, reason="core.bench reports FD as 'nan' when a run has fewer than 3 prompts "
+                                       "(evaluate.quality returns NaN for n <= 2); the table should say it is not measured")
+def test_the_bench_table_never_prints_nan_for_fd():
+    from core import bench
+    row = dict(method="ar", target_nfe=1024.0, drafter_nfe=0.0, passes=1024.0, wall_ms=1.0, passes_speedup=1.0,
+               wall_speedup=1.0, target_nfe_speedup=1.0, passed=None, kept=None, fed_per_pass=1.0,
+               phase_ms={p: 0.0 for p in bench.PHASES}, adherence=1.0, frechet=float("nan"))
+    assert "nan" not in bench.table(dict(prompts=1, seed=0, specs=["ar"], summary={"ar": row})).lower()
