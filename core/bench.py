@@ -176,8 +176,8 @@ def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], 
             fed_per_pass=float(np.sum([r["target_fed"] for r in rs]) / max(np.sum([r["target_nfe"] for r in rs]), 1)),
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
             adherence=_mean_or_none([r["adherence"] for r in rs]),
-            frechet=None if clf is None else set_frechet(np.array([r["features"] for r in rs], dtype=np.float32),
-                                                         scenes, clf))
+            frechet=None if clf is None or len(scenes) < 3 else  # FD is not measured below 3 prompts
+            set_frechet(np.array([r["features"] for r in rs], dtype=np.float32), scenes, clf))
     workers = sorted({r["worker"] for rs in by_spec.values() for r in rs})
     return dict(schema=SCHEMA, model=configs[0][1].model, prompts=len(scenes), seed=seed,
                 specs=[label for label, _ in configs], workers=workers,
@@ -244,7 +244,7 @@ def table(result: dict) -> str:
             f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
             f"({'/'.join(p[:6] for p in PHASES)})")
     lines = [head, "-" * len(head)]
-    num = lambda x, digits: "-" if x is None else f"{x:.{digits}f}"  # noqa: E731
+    num = lambda x, digits: "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"  # noqa: E731
     frac = lambda x: num(x, 2)  # noqa: E731
     for label, s in result["summary"].items():
         ph = "/".join(f"{s['phase_ms'][p]:.0f}" for p in PHASES)

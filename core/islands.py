@@ -24,14 +24,6 @@ def expand(rejected: np.ndarray, radius: int) -> np.ndarray:
     return out
 
 
-def raster_suffix(rejected: np.ndarray) -> np.ndarray:
-    """Raster rejection: every cell from the first rejected one (t0) to the end of the band."""
-    out = np.zeros_like(rejected, dtype=bool)
-    if rejected.any():
-        out.reshape(-1)[int(np.flatnonzero(rejected.reshape(-1))[0]):] = True
-    return out
-
-
 def label_islands(mask: np.ndarray) -> np.ndarray:
     """8-connected components of mask: (H, W) int, 0 outside, 1..M numbered in raster order of first cell."""
     H, W = mask.shape

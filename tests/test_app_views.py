@@ -13,7 +13,8 @@ import pytest
 
 from app import handlers as h
 from app import plots, render
-from core import engine, family
+from core import engine
+from core.embedded import family
 from core.config import RunConfig
 
 PROMPT = "a large red circle center and a small blue square top left on a striped green background"
@@ -127,7 +128,7 @@ def test_the_island_on_the_card_is_the_island_of_the_cell(tiny_pair):
 def test_frechet_distance_is_finite_zero_for_the_reference_itself_and_positive_for_other_scenes():
     """evaluate.quality's FD (the figure the bench reports) against its definition: the reference
     images of the scenes themselves are at distance 0 (up to rounding); renders of other scenes are not."""
-    from core import data, evaluate
+    from core.embedded import data, evaluate
     scenes, others = evaluate.heldout(6), data.scenes(data.HELDOUT_SEED + 777, 6)
     clf = family.load_classifier()
     same = evaluate.quality([data.to_uint8(x) for x in data.image_batch(scenes, 64)], scenes, clf)["frechet"]
@@ -136,9 +137,8 @@ def test_frechet_distance_is_finite_zero_for_the_reference_itself_and_positive_f
     assert abs(same) < 1e-3 < other
 
 
-@pytest.mark.xfail(strict=True, reason="core.bench reports FD as 'nan' when a run has fewer than 3 prompts "
-                                       "(evaluate.quality returns NaN for n <= 2); the table should say it is not measured")
 def test_the_bench_table_never_prints_nan_for_fd():
+    """FD needs 3 prompts or more (nan below): the table says '-' instead."""
     from core import bench
     row = dict(method="ar", target_nfe=1024.0, drafter_nfe=0.0, passes=1024.0, wall_ms=1.0, passes_speedup=1.0,
                wall_speedup=1.0, target_nfe_speedup=1.0, passed=None, kept=None, fed_per_pass=1.0,

@@ -220,7 +220,7 @@ def tiny_row(tokenizer):
     """A random tiny target on a 1 x 4 row, and a drafter that is the target with its weights perturbed:
     they agree often enough for full acceptances (the bonus token) and disagree often enough to reject."""
     from conftest import tiny_gpt
-    from core import data
+    from core.embedded import data
     target, drafter = tiny_gpt(0), tiny_gpt(0)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():

@@ -42,7 +42,7 @@ def test_pixel_downsampling_is_decode_area_encode(tokenizer, r):
 def test_pixel_upsampling_clamps_the_bicubic_overshoot_of_a_drawn_scene(tokenizer, n):
     """Hard edges of a real scene overshoot [-1, 1] under bicubic resizing (random tokens rarely do):
     the clamp, both ends, decides some tokens here."""
-    from core import data
+    from core.embedded import data
     with torch.no_grad():
         tokens = tokenizer.encode(data.image_batch(data.scenes(5, n + 1)[n:], 16))[0]      # an 8 x 8 draft
         big = F.interpolate(tokenizer.decode(tokens[None]), scale_factor=2, mode="bicubic")
