@@ -10,10 +10,17 @@ Knobs: sjd_window (the papers gain up to L = 64) and sjd_init.
 """
 from __future__ import annotations
 
+import torch
+
 from ..acceptance import maximal_coupling
 from ..decoding import MethodContext
 from .sjd import exact_accept, jacobi
 
 
+def coupled_redraft(p: torch.Tensor, q: torch.Tensor, old: torch.Tensor, gen: torch.Generator):
+    """New guesses from the maximal coupling of (p, q) with the old ones; each is distributed as p."""
+    return maximal_coupling(p, q, old, gen), p
+
+
 def run(ctx: MethodContext):
-    return (yield from jacobi(ctx, exact_accept, maximal_coupling))
+    return (yield from jacobi(ctx, exact_accept, coupled_redraft))

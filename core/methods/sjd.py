@@ -25,8 +25,9 @@ from ..trace import Step
 from . import Result
 
 Accept = Callable[[torch.Tensor, torch.Tensor, int], float]  # (p (V,), q (V,), guess x) -> probability
-# (p (R, V), q (R, V), old guesses (R,), gen) -> new guesses (R,), each distributed as its row of p
-Redraft = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
+# (p (R, V), q (R, V), old guesses (R,), gen) -> (new guesses (R,), the distribution (R, V) each was
+# drawn from, which the next pass tests it against)
+Redraft = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
 
 def fresh_guess(ctx: MethodContext, known: np.ndarray, cell: int, V: int) -> int:
@@ -44,8 +45,8 @@ def exact_accept(p: torch.Tensor, q: torch.Tensor, x: int) -> float:
     return float(exact_accept_prob(p[x], q[x]))
 
 
-def independent_redraft(p: torch.Tensor, q: torch.Tensor, old: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return sample(p, gen)
+def independent_redraft(p: torch.Tensor, q: torch.Tensor, old: torch.Tensor, gen: torch.Generator):
+    return sample(p, gen), p
 
 
 def jacobi(ctx: MethodContext, accept: Accept, redraft: Redraft):
@@ -96,11 +97,11 @@ def jacobi(ctx: MethodContext, accept: Accept, redraft: Redraft):
             unchanged = 0
             if rest:
                 old = torch.from_numpy(guesses[rest].copy())
-                nxt = redraft(p[n_out:], q_rows[n_out:], old, ctx.gen)
+                nxt, q_next = redraft(p[n_out:], q_rows[n_out:], old, ctx.gen)
                 unchanged = int((nxt == old).sum())
                 guesses[rest] = nxt.numpy()
                 for i, c in enumerate(rest):
-                    q_of[c] = p[n_out + i]
+                    q_of[c] = q_next[i]
         judged_total += len(accepted)
         accepted_total += sum(accepted)
         yield Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(cells, W), out, dict(
