@@ -37,13 +37,15 @@ except ImportError:
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
          "upsampler", "resample", "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "cfg",
-         "temperature", "top_k", "model")
+         "temperature", "top_k", "model", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu",
+         "cool_norm")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
-                 "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init")
+                 "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group", "gsd_gap",
+                 "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm")
 _SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
-         "top_k"}
-_FLOATS = {"tau", "delta", "cfg", "temperature"}
+         "top_k", "gsd_group", "pjd_c"}
+_FLOATS = {"tau", "delta", "cfg", "temperature", "gsd_gap", "gsd_dist", "cool_delta", "cool_nu"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
                 **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS}, model=RunConfig.model)
@@ -74,6 +76,17 @@ PRESETS: dict[str, tuple[str, dict]] = {
                        "row above has `window` tokens.", dict(method="zipar", window=8)),
     "AR baseline": ("One token per target pass, in raster order: the reference for speed and quality.",
                     dict(method="ar")),
+    "scd: drafts settle": ("Jacobi decoding whose unaccepted guesses are redrawn from a coupling with the old "
+                           "ones: a guess the new context does not contradict stays, so later passes accept "
+                           "longer runs. Lossless; compare its passes with sjd at the same window L = 32.",
+                           dict(method="scd", sjd_window=32)),
+    "pjd: rows in parallel": ("A Jacobi window in every active row; a row starts once the row above has c "
+                              "committed tokens, and its guesses never read another row's guesses.",
+                              dict(method="pjd", pjd_c=6)),
+    "gsd: cluster acceptance": ("sjd whose test sums p and q over the draft token's cluster of near-equal, "
+                                "nearby tokens: more passes accepted, no longer exact.", dict(method="gsd")),
+    "cool: annealed sd": ("sd whose early draft positions are relaxed most (w_i = δ·exp(−ν i − μ)) and whose "
+                          "residual matches the relaxation.", dict(method="cool", cool_delta=2.0)),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from core import engine
-from core.config import REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
+from core.config import COOL_NORMS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
 from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
@@ -93,8 +93,20 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["delta"] = gr.Slider(0.0, 1.0, d["delta"], step=0.05, label="δ: probability mass moved (lantern)")
         k["lantern_k"] = gr.Slider(0, max(d["lantern_k"], vocab_size - 1), d["lantern_k"], step=1,
                                    label="Neighbours considered (lantern)", info="capped at the codebook size")
-        k["sjd_window"] = gr.Slider(1, 64, d["sjd_window"], step=1, label="Jacobi window L (sjd)")
-        k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd)")
+        k["sjd_window"] = gr.Slider(1, 64, d["sjd_window"], step=1,
+                                    label="Jacobi window L (sjd, scd, gsd; pjd per row)")
+        k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"],
+                                 label="Jacobi initialisation (sjd, scd, gsd, pjd)")
+    with gr.Accordion("scd, gsd, pjd and cool knobs", open=False):
+        k["gsd_group"] = gr.Slider(1, 64, d["gsd_group"], step=1, label="G: cluster rank window (gsd)")
+        k["gsd_gap"] = gr.Slider(0.0, 1.0, d["gsd_gap"], step=0.01, label="Cluster probability gap (gsd)")
+        k["gsd_dist"] = gr.Slider(0.0, 1.0, d["gsd_dist"], step=0.05, label="Cluster embedding distance, as a "
+                                  "quantile (gsd)")
+        k["pjd_c"] = gr.Slider(1, 64, d["pjd_c"], step=1, label="c: tokens of a row before the next starts (pjd)")
+        k["cool_delta"] = gr.Slider(0.5, 4.0, d["cool_delta"], step=0.1, label="δ: relaxation scale (cool)")
+        k["cool_nu"] = gr.Slider(0.0, 2.0, d["cool_nu"], step=0.05, label="ν: annealing rate (cool)")
+        k["cool_norm"] = gr.Radio(list(COOL_NORMS), value=d["cool_norm"], label="μ (cool)",
+                                  info="mean: the weights average δ; first: the first weight is δ")
     with gr.Accordion("ZipAR and sampling", open=False):
         k["window"] = gr.Slider(1, 32, d["window"], step=1, label="ZipAR window w",
                                 info="a row starts once the row above has w tokens; also used inside islands")

@@ -145,7 +145,8 @@ def test_the_annealed_residual_is_a_distribution_by_its_definition_and_sds_where
             if w >= 1:
                 assert torch.allclose(got, residual(p, q), atol=1e-6)
             x = int(torch.randint(0, V, (1,), generator=g))
-            assert abs(float(annealed_accept_prob(p[x], q[x], torch.tensor(w))) - min(1.0, w * float(p[x] / q[x]))) < 1e-6
+            a = float(annealed_accept_prob(p[x], q[x], torch.tensor(w)))
+            assert abs(a - min(1.0, w * float(p[x] / q[x]))) < 1e-6
     p, q = torch.tensor([[0.5, 0.3, 0.2]]), torch.tensor([[0.2, 0.3, 0.5]])
     assert not torch.allclose(annealed_residual(p, q, torch.tensor([0.5])), residual(p, q))  # differs below 1
 

@@ -44,7 +44,8 @@ class ToyAR:
         for seq in itertools.product(range(self.V), repeat=self.N):
             pr = 1.0
             for t, x in enumerate(seq):
-                pr *= float(self.conditional(t, seq[t - 2] if t >= 2 else MISSING, seq[t - 1] if t >= 1 else MISSING)[x])
+                before = [seq[t - 2] if t >= 2 else MISSING, seq[t - 1] if t >= 1 else MISSING]
+                pr *= float(self.conditional(t, *before)[x])
             out[seq] = pr
         return out
 
