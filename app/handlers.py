@@ -36,12 +36,12 @@ except ImportError:
 
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
-         "upsampler", "resample", "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "cfg",
-         "temperature", "top_k", "model", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu",
+         "upsampler", "resample", "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init",
+         "cfg", "temperature", "top_k", "model", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu",
          "cool_norm")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
-                 "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group", "gsd_gap",
-                 "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm")
+                 "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group",
+                 "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm")
 _SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
          "top_k", "gsd_group", "pjd_c"}
@@ -61,8 +61,9 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "A few rejection islands": ("A low τ with wide pooling: most proposals pass, and each rejection grows by "
                                 "the radius into a small island that the target resamples.",
                                 dict(tau=0.01, k=16, radius=1)),
-    "Raster rejection": ("The classic rule: after the first rejection everything later in raster order is "
-                         "thrown away. Compare its resample waves with local rejection.",
+    "Raster rejection": ("The classic rule: the proposal is kept up to the first rejection, the target "
+                         "resamples that one token, then the drafter drafts the rest again and the target "
+                         "verifies again, cycle after cycle. Compare its passes with local rejection.",
                          dict(rejection="raster")),
     "Local rejection, no expansion (l = 0)": ("Only the rejected cells themselves are resampled; their "
                                                "neighbours keep the proposal.", dict(radius=0)),

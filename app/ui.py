@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from core import engine
-from core.config import COOL_NORMS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
+from core.config import (CONTEXT_MODES, COOL_NORMS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS,
+                         UPSAMPLERS)
 from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
@@ -81,7 +82,10 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["radius"] = gr.Slider(0, 4, d["radius"], step=1, label="l: expansion radius",
                                 info="neighbours redrawn with each rejected token")
         k["rejection"] = gr.Radio(list(REJECTION_MODES), value=d["rejection"], label="Rejection",
-                                  info="local: only around rejections; raster: everything after the first")
+                                  info="local: only around rejections; raster: resample the first, draft again")
+        k["context"] = gr.Radio(list(CONTEXT_MODES), value=d["context"], label="Context while resampling",
+                                info="exact: rewrite K/V whose context changed; verify: passed tokens keep "
+                                     "the verify pass's K/V (cheaper)")
         k["resample"] = gr.Radio(list(RESAMPLE_MODES), value=d["resample"], label="Resampling",
                                  info="serial: one token per pass; islands: islands in parallel")
         k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")

@@ -89,6 +89,7 @@ def _add_run_args(p: argparse.ArgumentParser, method_choices) -> None:
     p.add_argument("--upsampler", default=m.upsampler, help="pixel | nearest")
     p.add_argument("--resample", default=m.resample, help="serial | islands")
     p.add_argument("--rejection", default=m.rejection, help="local | raster")
+    p.add_argument("--context", default=m.context, help="exact | verify: what resampling reads (mulo)")
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, lantern)")
     p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern)")
     p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern)")
@@ -112,9 +113,9 @@ def run_config(args, method: str):
     from .config import MethodParams, RunConfig, SamplingConfig
     params = MethodParams(k=args.k, tau=args.tau, scale=args.scale, radius=args.radius, window=args.window,
                           draft_window=args.draft_window, draft_rows=args.draft_rows, upsampler=args.upsampler,
-                          resample=args.resample, rejection=args.rejection, gamma=args.gamma, delta=args.delta,
-                          lantern_k=args.lantern_k, sjd_window=args.sjd_window, sjd_init=args.sjd_init,
-                          gsd_group=args.gsd_group, gsd_gap=args.gsd_gap, gsd_dist=args.gsd_dist, pjd_c=args.pjd_c,
+                          resample=args.resample, rejection=args.rejection, context=args.context, gamma=args.gamma,
+                          delta=args.delta, lantern_k=args.lantern_k, sjd_window=args.sjd_window,
+                          sjd_init=args.sjd_init, gsd_group=args.gsd_group, gsd_gap=args.gsd_gap, gsd_dist=args.gsd_dist, pjd_c=args.pjd_c,
                           cool_delta=args.cool_delta, cool_nu=args.cool_nu, cool_norm=args.cool_norm)
     sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params)

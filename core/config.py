@@ -11,6 +11,7 @@ METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd", "scd", "gsd", "pjd", "
 UPSAMPLERS = ("pixel", "nearest")
 RESAMPLE_MODES = ("serial", "islands")
 REJECTION_MODES = ("local", "raster")
+CONTEXT_MODES = ("exact", "verify")
 SJD_INITS = ("random", "repeat", "above")
 COOL_NORMS = ("mean", "first")
 
@@ -38,7 +39,8 @@ class MethodParams:
     draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)
     upsampler: str = "pixel"    # mulo: pixel | nearest
     resample: str = "islands"   # mulo: serial | islands
-    rejection: str = "local"    # mulo: local (expansion) | raster (discard the suffix from t0)
+    rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
+    context: str = "exact"      # mulo: exact (rewrite changed K/V before reading) | verify (keep verify-time K/V)
     gamma: int = 4              # sd/lantern: tokens drafted per cycle
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
     lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
@@ -97,6 +99,7 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
     _check(p.upsampler in UPSAMPLERS, "upsampler", f"one of {', '.join(UPSAMPLERS)}", p.upsampler)
     _check(p.resample in RESAMPLE_MODES, "resample", f"one of {', '.join(RESAMPLE_MODES)}", p.resample)
     _check(p.rejection in REJECTION_MODES, "rejection", f"one of {', '.join(REJECTION_MODES)}", p.rejection)
+    _check(p.context in CONTEXT_MODES, "context", f"one of {', '.join(CONTEXT_MODES)}", p.context)
     _check(p.gamma >= 1, "gamma", ">= 1", p.gamma)
     _check(0.0 <= p.delta <= 1.0, "delta", "in [0, 1]", p.delta)
     _check(p.lantern_k >= 0, "lantern_k", ">= 0", p.lantern_k)

@@ -99,6 +99,9 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
     if run.method == "mulo" and run.params.scale not in pair.scales:
         raise ParameterError(f"scale must be one of {', '.join(map(str, pair.scales))} for the {pair.name} "
                              f"model pair; got {run.params.scale}")
+    if run.method == "mulo" and run.params.k > pair.neighbours.shape[1]:
+        raise ParameterError(f"k must be at most {pair.neighbours.shape[1]} for the {pair.name} model pair (its "
+                             f"codebook neighbour table holds {pair.neighbours.shape[1]} per code); got {run.params.k}")
     pair.caption(run.prompt, pair.grid)  # unknown words fail here, before any model runs
     gen = torch.Generator(device="cpu").manual_seed(run.seed)
     drafter = pair.multiscale if run.method == "mulo" else pair.small

@@ -260,6 +260,62 @@ def test_without_the_row_mask_the_visibility_check_finds_other_rows_guesses(tiny
     assert _check_row_causal(vis.calls, t.steps, target.cfg.prefix_len, W, H * W) > 0
 
 
+def _pjd_reference_gap(pair, monkeypatch) -> float:
+    """Largest |log p engine - log p reference| over every row of every pjd forward, the reference being a
+    cache-free forward (GPT.forward_visible) over exactly what that row may read: the committed
+    tokens, its own row's guesses fed in that forward, and for a stand-in its own token. The Decoder
+    runs its exact context policy here, so that the only thing left to differ is what each row sees."""
+    from core.decoding import UNKNOWN, Decoder
+    from core.sampling import processed
+    records, feed = [], Decoder.feed
+
+    def fed(dec, cells, tokens, write, cell_mask=None):
+        out = feed(dec, cells, tokens, write, cell_mask)
+        records.append(dict(dec=dec, cells=list(cells), tokens=list(tokens), write=list(write), out=out))
+        return out
+    monkeypatch.setattr(Decoder, "feed", fed)
+    monkeypatch.setattr(pjd, "CONTEXT", "exact")    # rewrite K/V computed before the row above grew
+    t = _run(pair, "pjd", 2, pjd_c=3, sjd_window=6)
+    H, W = pair.grid
+    committed = np.full(H * W, UNKNOWN)
+    verify = [s for s in t.steps if s["phase"] == "verify"]
+    assert len(records) == len(verify)
+    worst = 0.0
+    for rec, step in zip(records, verify):
+        dec, refs = rec["dec"], {}
+        for j, (c, tok, wr) in enumerate(zip(rec["cells"], rec["tokens"], rec["write"])):
+            row = (c + 1) // W                          # the row of the cell this query predicts
+            key = (row, None if wr else c)
+            if key not in refs:
+                tokens, visible = np.where(committed != UNKNOWN, committed, 0), committed != UNKNOWN
+                for c2, t2, w2 in zip(rec["cells"], rec["tokens"], rec["write"]):
+                    if w2 and c2 // W == row and committed[c2] == UNKNOWN:
+                        tokens[c2], visible[c2] = t2, True
+                if not wr:
+                    tokens[c] = tok                     # a stand-in: read by its own query only
+                B = dec.captions.shape[0]
+                logits = dec.gpt.forward_visible(dec.captions, dec.masks, torch.from_numpy(tokens)[None].expand(B, -1),
+                                                 dec.grid, torch.from_numpy(visible), drop=dec.drop)
+                refs[key] = processed(logits, dec.sampling)[0]
+            worst = max(worst, float((rec["out"][j].log() - refs[key][c].log()).abs().max()))
+        for (i, jj), x in zip(step["cells"], step["tokens"]):
+            committed[i * W + jj] = x
+    return worst
+
+
+def test_every_pjd_query_matches_a_cache_free_forward_over_what_its_row_may_read(tiny_pair, monkeypatch):
+    assert _pjd_reference_gap(tiny_pair, monkeypatch) < 1e-4
+
+
+def test_without_the_row_mask_pjd_queries_disagree_with_that_reference(tiny_pair, monkeypatch):
+    from conftest import tiny_gpt
+    target = tiny_gpt(0)
+    original = target.forward_cells
+    monkeypatch.setattr(target, "forward_cells", lambda cache, tokens, cells, grid, write=None, cell_mask=None:
+                        original(cache, tokens, cells, grid, write))
+    assert _pjd_reference_gap(dataclasses.replace(tiny_pair, target=target), monkeypatch) > 0.01
+
+
 def test_pjd_commits_every_cell_once_never_changes_it_and_needs_fewer_passes_than_ar(tiny_pair):
     t = _run(tiny_pair, "pjd", 3, pjd_c=4)
     H, W = tiny_pair.grid

@@ -20,10 +20,17 @@ import torch
 
 from ..acceptance import exact_accept_prob, residual
 from ..decoding import UNKNOWN, Decoder, MethodContext, cells_of, stand_in, timed
-from ..sampling import processed, sample
+from ..sampling import sample
 from ..trace import Step
 from . import Result
 from .sjd import fresh_guess
+
+
+# The Decoder's context policy. Committed tokens never change and no query reads another row's
+# guesses, so a committed slot is only stale if it holds another token (a residual or an unwritten
+# cell); K/V computed before the row above grew are kept, as ZipAR's schedule keeps them. "exact"
+# would also rewrite those (more tokens per pass, the same passes).
+CONTEXT = "verify"
 
 
 def windows(front: list[int], W: int, c: int, L: int) -> list[tuple[int, list[int]]]:
@@ -46,10 +53,13 @@ def row_causal_predict(dec: Decoder, rows: list[tuple[int, list[int]]], final: n
     """(T, V) processed distributions of every window cell, rows in order, in one forward.
 
     Feeds each window cell's raster predecessor (committed token, own-row guess, or for a row's
-    first cell a stand-in the cache never keeps) and rewrites committed slots holding another token;
-    the visibility mask hides every guess of another row from each query."""
+    first cell a stand-in the cache never keeps); the Decoder adds, in the same forward, the
+    committed slots that hold another token. A visibility mask hides every uncommitted slot of
+    another row from each query, so no query reads another row's guesses."""
     H, W = dec.grid
-    inputs: dict[int, tuple[int, bool, int]] = {c: (int(final[c]), True, c // W) for c in dec.stale(final)}
+    inputs: dict[int, tuple[int, bool]] = {}
+    owner: dict[int, int] = {}                       # the row whose query reads through this input
+    known = final.copy()                             # committed tokens and the guesses fed on purpose
     targets = [c for _, cells in rows for c in cells]
     for r, cells in rows:
         for c in cells:
@@ -57,28 +67,22 @@ def row_causal_predict(dec: Decoder, rows: list[tuple[int, list[int]]], final: n
             if p < 0 or p in inputs:
                 continue
             if final[p] != UNKNOWN:
-                inputs[p] = (int(final[p]), True, r)
+                inputs[p] = (int(final[p]), True)
             elif p // W == r:
-                inputs[p] = (int(guesses[p]), True, r)
-            else:                                   # the row above's last cell: not committed yet
-                inputs[p] = (stand_in(final, None, p, W), False, r)
+                inputs[p] = (int(guesses[p]), True)
+                known[p] = guesses[p]
+            else:                                    # the row above's last cell: not committed yet
+                inputs[p] = (stand_in(final, None, p, W), False)
+            owner[p] = r
     rows_out: dict[int, torch.Tensor] = {}
     if inputs:
+        dec.plan(inputs, known)                      # + committed slots holding another token
         cells = sorted(inputs)
-        owner = torch.tensor([inputs[c][2] for c in cells])
         committed = torch.from_numpy(final != UNKNOWN)
         cell_row = torch.arange(H * W) // W
-        visible = committed[None, :] | (cell_row[None, :] == owner[:, None])          # (T, N)
-        B = dec.captions.shape[0]
-        tok = torch.tensor([inputs[c][0] for c in cells], device=dec.device)[None].expand(B, -1)
-        write = [inputs[c][1] for c in cells]
-        logits = dec.gpt.forward_cells(dec.cache, tok, torch.tensor(cells, device=dec.device), dec.grid,
-                                       torch.tensor(write, device=dec.device), cell_mask=visible.to(dec.device))
-        dec.nfe += 1
-        for c, wr in zip(cells, write):
-            if wr:
-                dec.cache_tok[c] = inputs[c][0]
-        out = processed(logits, dec.sampling)[0].cpu()
+        own = torch.tensor([owner.get(c, c // W) for c in cells])
+        visible = committed[None, :] | (cell_row[None, :] == own[:, None])              # (T, N)
+        out = dec.feed(cells, [inputs[c][0] for c in cells], [inputs[c][1] for c in cells], visible)
         rows_out = {c: out[n] for n, c in enumerate(cells)}
     return torch.stack([dec.p0 if c == 0 else rows_out[c - 1] for c in targets])
 
@@ -87,7 +91,7 @@ def run(ctx: MethodContext):
     H, W = ctx.grid
     N, L, c = H * W, ctx.params.sjd_window, ctx.params.pjd_c
     V = ctx.tokenizer.vocab_size
-    target = ctx.decoder(ctx.target, ctx.grid)
+    target = ctx.decoder(ctx.target, ctx.grid, context=CONTEXT)
     final = np.full(N, UNKNOWN, dtype=np.int64)
     guesses = np.full(N, UNKNOWN, dtype=np.int64)
     q_of: dict[int, torch.Tensor | None] = {}        # None = one-hot of the guess
@@ -145,7 +149,7 @@ def run(ctx: MethodContext):
         order = np.argsort(committed)
         yield Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(np.asarray(committed)[order], W),
                    [tokens[i] for i in order], dict(
-                       judged=cells_of(judged, W), accepted=accepted, prob=probs,
+                       fed=f["fed"], judged=cells_of(judged, W), accepted=accepted, prob=probs,
                        resampled=None if resampled is None else cells_of([resampled], W)[0],
                        rows=[r for r, _ in rows]))
     return Result(tokens=final.reshape(H, W), passed_fraction=accepted_total / max(judged_total, 1),

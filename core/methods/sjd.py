@@ -76,7 +76,7 @@ def jacobi(ctx: MethodContext, accept: Accept, redraft: Redraft):
                 target.prefill()
             forced = final.copy()
             forced[window] = guesses[window]
-            p = predict(target, window, forced, refresh=target.stale(final, range(t)))   # (len(window), V)
+            p = predict(target, window, forced)                                     # (len(window), V)
             accepted, out, probs = [], [], []
             for n, c in enumerate(window):
                 x = int(guesses[c])
@@ -105,7 +105,7 @@ def jacobi(ctx: MethodContext, accept: Accept, redraft: Redraft):
         judged_total += len(accepted)
         accepted_total += sum(accepted)
         yield Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(cells, W), out, dict(
-            judged=cells_of(window, W), accepted=accepted, prob=probs,
+            fed=f["fed"], judged=cells_of(window, W), accepted=accepted, prob=probs,
             resampled=None if all(accepted) else cells_of([cells[-1]], W)[0],
             redrafted=len(rest), unchanged=unchanged))
         t += len(out)
