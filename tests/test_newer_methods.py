@@ -458,3 +458,17 @@ def test_on_the_shipped_models_scd_drafts_settle_and_accept_longer_runs_than_sjd
             settled[m] += sum(s["unchanged"] for s in steps) / max(1, sum(s["redrafted"] for s in steps))
     assert nfe["scd"] < nfe["sjd"]                    # the same 2 x 1024 cells in fewer passes
     assert settled["scd"] > settled["sjd"]
+
+
+# ---- the app's views read the new methods' traces ------------------------------------------------------
+
+@pytest.mark.parametrize("method", NEW)
+def test_the_app_views_and_the_step_replay_read_each_new_method(pair8, method):
+    from app import handlers as h
+    from app import render
+    t = dataclasses.replace(_run(pair8, method, 0), model="embedded")   # the tiny pair shares its tokenizer
+    shown = dict(zip(h.VIEWS, h.views(dict(trace=t))))
+    assert shown["final"] is not None and shown["canvas"] is not None and shown["timeline"] is not None
+    for n in range(len(t.steps) + 1):
+        render.step_caption(t, n)
+    assert (render.replay(t, len(t.steps)).target == np.asarray(t.tokens)).all()
