@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -18,11 +19,13 @@ from urllib.parse import urlencode
 import gradio as gr
 import torch
 
-from core import engine, family
+from core import bench, engine, report
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
-from core.domain import COLS, ROWS, PromptError, parse_prompt
-from core.evaluate import quality as measured_quality
+from core.embedded import family
+from core.embedded.domain import COLS, ROWS, PromptError, parse_prompt
+from core.embedded.evaluate import quality as measured_quality
 from core.methods import registry
+from core.models import hub
 from core.trace import MAX_BYTES, Trace, TraceError
 
 from . import plots, render
@@ -37,14 +40,14 @@ except ImportError:
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
          "upsampler", "resample", "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init",
-         "cfg", "temperature", "top_k", "model", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu",
-         "cool_norm")
+         "cfg", "temperature", "top_k", "model", "cfg_interval", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c",
+         "cool_delta", "cool_nu", "cool_norm")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
                  "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group",
                  "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm")
-_SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
+_SAMPLING_FIELDS = ("cfg", "temperature", "top_k", "cfg_interval")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
-         "top_k", "gsd_group", "pjd_c"}
+         "top_k", "cfg_interval", "gsd_group", "pjd_c"}
 _FLOATS = {"tau", "delta", "cfg", "temperature", "gsd_gap", "gsd_dist", "cool_delta", "cool_nu"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
@@ -146,16 +149,22 @@ def pair_markdown(name: str) -> str:
     lines = [f"**{name}**: {found.get(name, 'weights not found on this machine')}. Prompt: {facts['prompt']}."]
     if name != "embedded":
         lines.append("Quality is measured for the embedded family only (its classifier knows its scenes).")
-    lines.append(f"Found {len(found)} pair(s). Put official LlamaGen checkpoints in the folder named by "
-                 f"`MULO_LLAMAGEN_DIR` (see the README) and restart to list them here.")
+    if hub.on_space():
+        lines.append("On this Space a LlamaGen pair's files download from the Hugging Face hub on its first run, "
+                     "into the Space's cache (persistent storage when the Space has it).")
+    else:
+        lines.append(f"Found {len(found)} pair(s). Put official LlamaGen checkpoints in the folder named by "
+                     f"`MULO_LLAMAGEN_DIR` (see the README) and restart to list them here.")
     return "\n\n".join(lines)
 
 
 def pick_model(name: str):
-    """Knob ranges of the chosen pair (codebook size, scales) and its description."""
+    """Knob ranges of the chosen pair (codebook size, scales), its sampling defaults (LlamaGen: the
+    official settings) and its description."""
     facts = model_facts(name)
-    V, scales = facts["vocab_size"], list(facts["scales"]) or [2]
-    return (gr.update(maximum=V), gr.update(maximum=max(DEFAULTS["lantern_k"], V - 1)),
+    V, scales, s = facts["vocab_size"], list(facts["scales"]) or [2], facts["sampling"]
+    return (gr.update(maximum=V, value=s.top_k), gr.update(value=s.cfg), gr.update(value=s.temperature),
+            gr.update(value=s.cfg_interval), gr.update(maximum=max(DEFAULTS["lantern_k"], V - 1)),
             gr.update(choices=scales, value=scales[0] if DEFAULTS["scale"] not in scales else DEFAULTS["scale"]),
             pair_markdown(name))
 
@@ -261,6 +270,34 @@ def stop(request: gr.Request) -> str:
     return "Stopped. The views still show the previous run; press Generate to start again."
 
 
+def fetching(name: str):
+    """On a Hugging Face Space, a chosen LlamaGen pair's files come from the hub first: download them
+    into the hub cache on a worker thread, yielding status lines with the progress (gr.Error with
+    the core's message when the hub cannot be reached). Nothing to do elsewhere or once cached."""
+    from core.models import llamagen
+    if not hub.on_space() or name not in llamagen.PAIRS or not llamagen.to_fetch(name):
+        return
+    seen, failed = {}, []
+
+    def work():
+        try:
+            llamagen.fetch_pair(name, progress=lambda f, done, total: seen.update(f=f, done=done, total=total))
+        except Exception as e:  # reported below, on the handler's thread
+            failed.append(e)
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.5)
+        if not seen:
+            yield _live(f"Downloading the **{name}** files from the Hugging Face hub (first use only)…")
+        elif "/" in seen["f"]:  # a whole repository (FLAN-T5-XL): counted in files
+            yield _live(f"Downloading {seen['f']}: {seen['done']} of {seen['total']} files…")
+        else:
+            yield _live(f"Downloading {seen['f']}: {seen['done'] / 2**20:.0f} of {seen['total'] / 2**20:.0f} MiB…")
+    if failed:
+        raise gr.Error(str(failed[0]))
+
+
 @GPU
 def generate(request: gr.Request | None, show_grid, *knobs):
     """Run the method given by the knobs (KNOBS order), streaming its canvas as it fills, then the ar
@@ -268,6 +305,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
     session = request.session_hash if request is not None else None
     _stop_requests.discard(session)
     run = run_config(*knobs)
+    yield from fetching(run.model)
     pair = checked(run)
     H, W = pair.grid
     draft = (H // run.params.scale, W // run.params.scale) if run.method == "mulo" else None
@@ -445,13 +483,33 @@ def sweep(taus, windows, *knobs):
     yield plots.sweep_figure(points, measure), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
 
 
+def open_summary(path):
+    """Upload handler: (frontier figure, status) of a precomputed sweep, a bench run folder's summary.json;
+    no model runs, so a workshop can show a sweep too large to run live."""
+    if not path:
+        raise gr.Error("no file: choose the summary.json of a `python -m core bench --out DIR` run")
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        raise gr.Error(f"the summary is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
+    with open(path, "rb") as f:
+        text = f.read()
+    try:
+        result = bench.read_summary(text)
+    except bench.SummaryError as e:
+        raise gr.Error(f"cannot open this summary: {e}") from None
+    return report.frontier(result), (f"Opened a precomputed sweep: {len(result['summary'])} settings on "
+                                     f"{result['prompts']} prompts from seed {result['seed']} "
+                                     f"({result.get('records', '?')} runs); no model ran.")
+
+
 def preset(name: str) -> tuple:
     """Knob values of a preset (defaults for every knob it leaves alone), then its explanation."""
     if name not in PRESETS:
         raise gr.Error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     text, overrides = PRESETS[name]
     values = {**DEFAULTS, **overrides}
-    keep = ("prompt", "seed", "model")   # a preset changes how we decode, not what we draw nor with what
+    # a preset changes how we decode, not what we draw, with what, nor the pair's sampling
+    keep = ("prompt", "seed", "model", *_SAMPLING_FIELDS)
     return (*(gr.skip() if k in keep else values[k] for k in KNOBS), f"**{name}.** {text}")
 
 

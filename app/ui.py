@@ -7,7 +7,7 @@ import gradio as gr
 from core import engine
 from core.config import (CONTEXT_MODES, COOL_NORMS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS,
                          UPSAMPLERS)
-from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
+from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
 from . import handlers as h
@@ -49,7 +49,9 @@ EXPLAIN = {
     "sweep": "Trade-off curve: each point is one run. Right means fewer target passes than ar; up means a "
              "better image: the share of the prompt's attributes (objects, places, shapes, colours, sizes, "
              "background) that the domain's classifier reads back from it. mulo sweeps τ, ZipAR "
-             "sweeps its window. One seed per point: read trends, not decimals.",
+             "sweeps its window. One seed per point: read trends, not decimals. A summary.json from "
+             "`python -m core bench --out DIR` shows a large precomputed sweep's frontier instead (speedups "
+             "in sequential passes and wall-clock against adherence and Fréchet distance, means over its prompts).",
     "files": "Download the trace of the last run (JSON, schema mulo-trace/2) to share or attach to a bug "
              "report; upload a trace to replay all views without running any model.",
 }
@@ -68,7 +70,7 @@ def _knob_inputs(vocab_size: int) -> dict:
     d = h.DEFAULTS
     k = {}
     k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
-                             info="the pairs whose weights are on this machine")
+                             info="the pairs whose weights are on this machine (on a Space: every pair)")
     k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method")
     k["seed"] = gr.Number(d["seed"], precision=0, minimum=0, label="Seed", elem_id="seed")
@@ -117,6 +119,8 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["cfg"] = gr.Slider(1.0, 8.0, d["cfg"], step=0.5, label="CFG scale (1 = no guidance)")
         k["temperature"] = gr.Slider(0.0, 2.0, d["temperature"], step=0.05, label="Temperature (0 = greedy)")
         k["top_k"] = gr.Slider(0, vocab_size, d["top_k"], step=1, label="Top-k (0 = off)")
+        k["cfg_interval"] = gr.Slider(-1, 256, d["cfg_interval"], step=1, label="CFG interval (-1 = every token)",
+                                      info="guidance for tokens 0 to N + 1 only, as LlamaGen's --cfg-interval N")
     return k
 
 
@@ -208,7 +212,10 @@ def build_demo() -> gr.Blocks:
                             windows = gr.Textbox("4, 16", label="ZipAR windows")
                         sweep_btn = gr.Button("Run the sweep", variant="primary")
                         sweep_status = gr.Markdown()
-                        sweep_plot = gr.Plot(label="Speed vs quality")
+                        sweep_plot = gr.Plot(label="Speed vs quality", elem_id="sweep-plot")
+                        summary_file = gr.File(label="Or open a precomputed sweep: the summary.json of a "
+                                                     "`python -m core bench --out DIR` run", file_types=[".json"],
+                                               type="filepath", elem_id="summary-file")
                     with gr.Tab("Trace files", id="files"):
                         _explain("files")
                         trace_file = gr.File(label="Trace of the last run", interactive=False)
@@ -234,9 +241,11 @@ def build_demo() -> gr.Blocks:
                       concurrency_id="model", concurrency_limit=1)
         sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
                         concurrency_id="model", concurrency_limit=1)
+        summary_file.upload(h.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
-        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["lantern_k"], knobs["scale"],
-                                                              pair_info], api_visibility="private")
+        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
+                                                              knobs["cfg_interval"], knobs["lantern_k"],
+                                                              knobs["scale"], pair_info], api_visibility="private")
         link_btn.click(h.share_link, knob_list, link, api_visibility="private")
         demo.load(h.from_query, None, knob_list, api_visibility="private")
     return demo

@@ -1,4 +1,4 @@
-"""Command line: `python -m core {train,export,evaluate,generate,bench} ...`. The only printing layer of the core."""
+"""Command line: `python -m core {train,export,evaluate,generate,bench,report} ...`. The only printing layer of the core."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +27,7 @@ class ProgressBar:
 
 def _train(args) -> int:
     import torch
-    from . import family, train
+    from .embedded import family, train
     torch.set_num_threads(args.threads) if args.threads else None
     grids = tuple(int(g) for g in args.grids.split(",")) if args.grids else ((32,) if args.job == "drafter" else (32, 16, 8))
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
@@ -49,7 +49,7 @@ def _train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .train import JOBS
+    from .embedded.train import JOBS
     p = argparse.ArgumentParser(prog="python -m core", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train (or resume) one model of the embedded family")
@@ -74,9 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_run_args(p: argparse.ArgumentParser, method_choices) -> None:
-    from .config import MethodParams, SamplingConfig
-    m, s = MethodParams(), SamplingConfig()
+def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
+    """Run knobs; the sampling defaults are those of the chosen model pair (LlamaGen: its official settings)."""
+    from . import engine
+    from .config import MethodParams
+    m, s = MethodParams(), engine.pair_facts(model)["sampling"]
+    p.add_argument("--model", default=model, choices=list(engine.pair_loaders()),
+                   help="model pair; sets the sampling defaults below (default: %(default)s)")
     p.add_argument("--prompt", default="a large red circle center on a striped blue background")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--k", type=int, default=m.k, help="codebook neighbours pooled (mulo)")
@@ -93,7 +97,7 @@ def _add_run_args(p: argparse.ArgumentParser, method_choices) -> None:
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, lantern)")
     p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern)")
     p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern)")
-    p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd, scd, gsd; per row: pjd)")
+    p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd, scd, gsd; pjd per row)")
     p.add_argument("--sjd-init", default=m.sjd_init, help="fresh guesses: random | repeat | above (sjd, scd, gsd, pjd)")
     p.add_argument("--gsd-group", type=int, default=m.gsd_group, help="rank-window size G of a cluster (gsd)")
     p.add_argument("--gsd-gap", type=float, default=m.gsd_gap, help="cluster members' |p(y) - p(x)| bound (gsd)")
@@ -102,10 +106,12 @@ def _add_run_args(p: argparse.ArgumentParser, method_choices) -> None:
     p.add_argument("--cool-delta", type=float, default=m.cool_delta, help="relaxation scale delta (cool)")
     p.add_argument("--cool-nu", type=float, default=m.cool_nu, help="annealing rate nu over draft positions (cool)")
     p.add_argument("--cool-norm", default=m.cool_norm, help="mu: mean (weights average delta) | first (cool)")
-    p.add_argument("--cfg", type=float, default=s.cfg, help="classifier-free guidance scale")
-    p.add_argument("--temperature", type=float, default=s.temperature)
-    p.add_argument("--top-k", type=int, default=s.top_k)
-    p.add_argument("--top-p", type=float, default=s.top_p)
+    p.add_argument("--cfg", type=float, default=s.cfg, help="classifier-free guidance scale (default: %(default)s)")
+    p.add_argument("--cfg-interval", type=int, default=s.cfg_interval,
+                   help="guide cells 0..N+1 only, as LlamaGen's --cfg-interval N (default: %(default)s = every cell)")
+    p.add_argument("--temperature", type=float, default=s.temperature, help="0 = greedy (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=s.top_k, help="0 = off (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=s.top_p, help="nucleus mass kept (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0)
 
 
@@ -115,10 +121,13 @@ def run_config(args, method: str):
                           draft_window=args.draft_window, draft_rows=args.draft_rows, upsampler=args.upsampler,
                           resample=args.resample, rejection=args.rejection, context=args.context, gamma=args.gamma,
                           delta=args.delta, lantern_k=args.lantern_k, sjd_window=args.sjd_window,
-                          sjd_init=args.sjd_init, gsd_group=args.gsd_group, gsd_gap=args.gsd_gap, gsd_dist=args.gsd_dist, pjd_c=args.pjd_c,
-                          cool_delta=args.cool_delta, cool_nu=args.cool_nu, cool_norm=args.cool_norm)
-    sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params)
+                          sjd_init=args.sjd_init, gsd_group=args.gsd_group, gsd_gap=args.gsd_gap,
+                          gsd_dist=args.gsd_dist, pjd_c=args.pjd_c, cool_delta=args.cool_delta, cool_nu=args.cool_nu,
+                          cool_norm=args.cool_norm)
+    sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                              cfg_interval=args.cfg_interval)
+    return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params,
+                     model=args.model)
 
 
 def _generate(args) -> int:
@@ -153,7 +162,7 @@ def _generate(args) -> int:
 
 def _export(args) -> int:
     import torch
-    from . import family, train
+    from .embedded import family, train
     run_dir = Path(args.run_dir or f"runs/{args.job}")
     state = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=False)
     cfg = train.TrainConfig(**state["config"])
@@ -166,38 +175,107 @@ def _export(args) -> int:
     return 0
 
 
+class RankBar:
+    """A tqdm bar on stderr per rank, with ETA: rank 0 counts the records of every rank, the others their own."""
+
+    def __init__(self, ranks):
+        self.ranks, self.bar = ranks, None
+
+    def __call__(self, done: int, total: int, info: str = "") -> None:
+        from tqdm import tqdm
+        if self.bar is None:  # records found in the folder count as done but not into the rate
+            desc = "bench, all ranks" if self.ranks.main else f"bench, rank {self.ranks.rank}"
+            self.bar = tqdm(total=total, initial=done, desc=desc, unit="run", position=self.ranks.rank,
+                            file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix_str(info, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _bench(args) -> int:
     import json
+    import signal
     import torch
-    from . import bench
+    from . import bench, distributed
+    from .runfolder import RunFolder
+    ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
     base = run_config(args, "ar")
-    result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base,
-                       ProgressBar("bench"))
+    bar = RankBar(ranks)
+    signal.signal(signal.SIGTERM, _interrupt)  # a pre-empted job stops like Ctrl-C: every finished record stays
+    try:
+        result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base, args.out,
+                           ranks, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        if ranks.main and args.out:
+            sys.stderr.write(f"interrupted: {len(RunFolder(args.out).records())} records are kept in {args.out}; "
+                             f"run the same command again to continue\n")
+        elif ranks.main:
+            sys.stderr.write("interrupted: nothing kept (give --out DIR to keep records and resume)\n")
+        return 130
+    except ValueError as e:  # a folder of another configuration, an unknown pair or spec: one line
+        bar.close()
+        if ranks.main:
+            sys.stderr.write(f"error: {e}\n")
+        return 2
+    finally:
+        distributed.leave(ranks)
+    bar.close()
+    if not ranks.main:
+        return 0
     print(bench.table(result))
+    if args.out:
+        print(f"records and summary.json in {args.out}; `python -m core report {args.out}` draws the report")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def _report(args) -> int:
+    from . import report
+    from .bench import SummaryError
+    try:
+        path = report.write(args.folder, args.html)
+    except (SummaryError, OSError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    print(f"wrote {path}")
     return 0
 
 
 def _evaluate(args) -> int:
     import json
     import torch
-    from . import evaluate
+    from . import distributed
+    from .embedded import evaluate
+    ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
-    figures = evaluate.run(args.what, args.prompts, ProgressBar(f"evaluate {args.what}"),
-                           grids=tuple(int(g) for g in args.grids.split(",")), record=args.record)
-    print(json.dumps(figures, indent=2))
+    label = f"evaluate {args.what}" + ("" if ranks.world == 1 else f", rank {ranks.rank}")
+    try:
+        figures = evaluate.run(args.what, args.prompts, ProgressBar(label),
+                               grids=tuple(int(g) for g in args.grids.split(",")), record=args.record, ranks=ranks)
+    finally:
+        distributed.leave(ranks)
+    if ranks.main:
+        print(json.dumps(figures, indent=2))
     return 0
 
 
-def _extend(p: argparse.ArgumentParser) -> None:
+def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     g = sub.add_parser("generate", help="generate one image and its Trace")
     g.add_argument("--method", default="mulo")
-    _add_run_args(g, None)
+    _add_run_args(g, model)
     g.add_argument("--out", default="img.png")
     g.add_argument("--trace", default=None, help="write the Trace JSON here")
     g.set_defaults(func=_generate)
@@ -205,9 +283,16 @@ def _extend(p: argparse.ArgumentParser) -> None:
     b.add_argument("--methods", default="ar,zipar,mulo",
                    help="comma-separated specs, each name[:param=value...], e.g. mulo:scale=4:tau=0.05")
     b.add_argument("--prompts", type=int, default=20)
-    _add_run_args(b, None)
+    _add_run_args(b, model)
     b.add_argument("--json", default=None, help="write the full result here")
+    b.add_argument("--out", default=None, metavar="DIR",
+                   help="run folder: one line per finished record, config.json and summary.json; the same "
+                        "command with the same --out resumes (needed under torchrun: a folder every rank reads)")
     b.set_defaults(func=_bench)
+    r = sub.add_parser("report", help="one self-contained HTML page (Plotly) from a bench run folder")
+    r.add_argument("folder", help="a bench --out folder (or its summary.json)")
+    r.add_argument("--html", default=None, help="write the page here (default FOLDER/report.html)")
+    r.set_defaults(func=_report)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)
     x.add_argument("--run-dir", default=None)
@@ -222,15 +307,25 @@ def _extend(p: argparse.ArgumentParser) -> None:
     e.set_defaults(func=_evaluate)
 
 
+def _chosen_model(argv: list[str] | None) -> str:
+    """The --model of the command line, read first: its pair decides the sampling defaults (and --help shows them)."""
+    from . import engine
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model", default="embedded")
+    model = pre.parse_known_args(argv)[0].model
+    return model if model in engine.pair_loaders() else "embedded"  # an unknown name fails in the full parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    _extend(parser)
+    _extend(parser, _chosen_model(argv))
     args = parser.parse_args(argv)
     from .config import ParameterError
-    from .domain import PromptError
-    from .family import AssetError
+    from .embedded.domain import PromptError
+    from .embedded.family import AssetError
+    from .models.llamagen import UnsafeCheckpoint
     try:
         return args.func(args)
-    except (ParameterError, PromptError, AssetError, FileNotFoundError) as e:  # bad input: one clear line
+    except (ParameterError, PromptError, AssetError, FileNotFoundError, UnsafeCheckpoint) as e:  # bad input: one line
         sys.stderr.write(f"error: {e}\n")
         return 2

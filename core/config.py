@@ -26,6 +26,7 @@ class SamplingConfig:
     temperature: float = 1.0    # 0 = greedy
     top_k: int = 0              # keep the k most likely tokens (0 = all)
     top_p: float = 1.0          # nucleus mass kept (1 = all)
+    cfg_interval: int = -1      # guide cells 0..cfg_interval+1 only, as LlamaGen's --cfg-interval (-1 = all)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class MethodParams:
     upsampler: str = "pixel"    # mulo: pixel | nearest
     resample: str = "islands"   # mulo: serial | islands
     rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
-    context: str = "exact"      # mulo: exact (rewrite changed K/V before reading) | verify (keep verify-time K/V)
+    context: str = "verify"     # mulo: verify (passed cells keep verify-time K/V) | exact (rewrite changed K/V)
     gamma: int = 4              # sd/lantern: tokens drafted per cycle
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
     lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
@@ -76,17 +77,19 @@ def _check(ok: bool, name: str, allowed: str, value) -> None:
         raise ParameterError(f"{name} must be {allowed}; got {value!r}")
 
 
-def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
-    """Raise ParameterError for the first parameter out of range."""
+def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) -> None:
+    """Raise ParameterError for the first parameter out of range; `methods` names the decoding methods
+    there are (the engine passes its registry, which this module stays below)."""
     p, s = run.params, run.sampling
     H, W = grid
-    from .methods import registry
-    _check(run.method in registry(), "method", f"one of {', '.join(registry())}", run.method)
+    _check(run.method in methods, "method", f"one of {', '.join(methods)}", run.method)
     _check(isinstance(run.seed, int) and 0 <= run.seed < 2 ** 63, "seed", "an integer in [0, 2^63)", run.seed)
     _check(s.cfg >= 1.0, "cfg", ">= 1 (1 = no guidance)", s.cfg)
     _check(s.temperature >= 0.0, "temperature", ">= 0 (0 = greedy)", s.temperature)
     _check(0 <= s.top_k <= vocab_size, "top_k", f"in [0, {vocab_size}] (0 = off)", s.top_k)
     _check(0.0 < s.top_p <= 1.0, "top_p", "in (0, 1]", s.top_p)
+    _check(isinstance(s.cfg_interval, int) and s.cfg_interval >= -1, "cfg_interval", "an integer >= -1 (-1 = always)",
+           s.cfg_interval)
     _check(0 <= p.k < vocab_size, "k", f"in [0, {vocab_size - 1}]", p.k)
     _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
     _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),

@@ -68,7 +68,7 @@ class Decoder:
     def prefill(self) -> None:
         logits = self.gpt.prefill(self.cache, self.captions, self.masks, self.grid, drop=self.drop)
         self.nfe += 1
-        self.p0 = processed(logits, self.sampling)[0].cpu()  # acceptance and sampling run on the CPU
+        self.p0 = processed(logits, self.sampling, cells=0)[0].cpu()  # acceptance and sampling run on the CPU
 
     def _last_change_before(self, n: int, exact: bool) -> np.ndarray:
         """(n,) clock of the last change of any slot before s (filling a cell counts when exact)."""
@@ -148,7 +148,7 @@ class Decoder:
                 self.changed[c] = self.clock
             self.cache_tok[c] = t
             self.written[c] = self.clock
-        return processed(logits, self.sampling)[0].cpu()
+        return processed(logits, self.sampling, cells=[c + 1 for c in cells])[0].cpu()
 
 
 def stand_in(known: np.ndarray, placeholder: np.ndarray | None, cell: int, width: int) -> int:

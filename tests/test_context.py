@@ -59,7 +59,7 @@ def reference(rec: dict, stand_ins: int | None = None) -> tuple[torch.Tensor, li
     def forward(tokens: np.ndarray) -> torch.Tensor:
         logits = dec.gpt.forward_visible(dec.captions, dec.masks, torch.from_numpy(tokens)[None].expand(B, N),
                                          dec.grid, visible, drop=dec.drop)
-        return processed(logits, dec.sampling)[0]                                     # (N, V)
+        return processed(logits, dec.sampling, cells=list(range(1, N + 1)))[0]       # (N, V), row t -> t + 1
     committed = np.where(known != UNKNOWN, known, 0)
     shared = forward(committed)
     rows, which = [], []
@@ -202,7 +202,7 @@ def test_pooled_mass_of_a_later_band_equals_a_cache_free_forward(tiny_pair, monk
         visible[:r1 * W] = True
         tok = torch.from_numpy(tokens)[None].expand(dec.captions.shape[0], -1)
         logits = target.forward_visible(dec.captions, dec.masks, tok, dec.grid, visible, drop=dec.drop)
-        p = processed(logits, dec.sampling)[0]                          # row t predicts t + 1
+        p = processed(logits, dec.sampling, cells=list(range(1, H * W + 1)))[0]   # row t predicts t + 1
         for n, t_cell in enumerate(range(r0 * W, r1 * W)):
             if t_cell == 0:
                 continue

@@ -6,7 +6,7 @@ import torch
 
 from core import engine
 from core.config import ParameterError, RunConfig
-from core.domain import PromptError
+from core.embedded.domain import PromptError
 from core.trace import Trace
 
 PROMPT = "a large red circle center and a small blue square top left on a striped green background"
@@ -195,3 +195,18 @@ def test_bad_parameters_name_the_parameter_and_its_range(tiny_pair, params, name
 def test_an_unknown_prompt_word_is_refused_before_any_work(tiny_pair):
     with pytest.raises(PromptError, match="'unicorn'"):
         engine.run(RunConfig(method="ar", prompt="a red unicorn center on a striped blue background"), tiny_pair)
+
+
+def test_a_schema_1_trace_is_read_with_passed_and_kept_recounted(tiny_pair):
+    """/1 files had one accepted_fraction: mulo's meant kept (outside R_X); the passed share comes back
+    from the verify steps' verdicts."""
+    t = run(tiny_pair, tau=TAU_SOME)
+    d = json.loads(t.to_json())
+    d["schema"] = "mulo-trace/1"
+    d["totals"]["accepted_fraction"] = d["totals"].pop("kept_fraction")
+    del d["totals"]["passed_fraction"]
+    old = Trace.from_dict(d)
+    assert old.schema == "mulo-trace/2"
+    assert old.totals["kept_fraction"] == t.totals["kept_fraction"]
+    assert old.totals["passed_fraction"] == pytest.approx(t.totals["passed_fraction"])
+    assert t.totals["passed_fraction"] != t.totals["kept_fraction"]  # two quantities, two words

@@ -447,7 +447,7 @@ def test_bad_new_parameters_name_the_parameter_and_its_range(pair8, params, name
 # ---- scd against sjd on the shipped models -------------------------------------------------------------
 
 def test_on_the_shipped_models_scd_drafts_settle_and_accept_longer_runs_than_sjd():
-    from core.evaluate import heldout
+    from core.embedded.evaluate import heldout
     pair = engine.load_pair("embedded")
     nfe, settled = {"sjd": 0, "scd": 0}, {"sjd": 0.0, "scd": 0.0}
     for i, scene in enumerate(heldout(2)):
