@@ -41,13 +41,15 @@ except ImportError:
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
          "upsampler", "resample", "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init",
-         "cfg", "temperature", "top_k", "model", "cfg_interval")
+         "cfg", "temperature", "top_k", "model", "cfg_interval", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c",
+         "cool_delta", "cool_nu", "cool_norm")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
-                 "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init")
+                 "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group",
+                 "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm")
 _SAMPLING_FIELDS = ("cfg", "temperature", "top_k", "cfg_interval")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
-         "top_k", "cfg_interval"}
-_FLOATS = {"tau", "delta", "cfg", "temperature"}
+         "top_k", "cfg_interval", "gsd_group", "pjd_c"}
+_FLOATS = {"tau", "delta", "cfg", "temperature", "gsd_gap", "gsd_dist", "cool_delta", "cool_nu"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
                 **{f: getattr(SamplingConfig(), f) for f in _SAMPLING_FIELDS}, model=RunConfig.model)
@@ -80,6 +82,17 @@ PRESETS: dict[str, tuple[str, dict]] = {
                        "row above has `window` tokens.", dict(method="zipar", window=8)),
     "AR baseline": ("One token per target pass, in raster order: the reference for speed and quality.",
                     dict(method="ar")),
+    "scd: drafts settle": ("Jacobi decoding whose unaccepted guesses are redrawn from a coupling with the old "
+                           "ones: a guess the new context does not contradict stays, so later passes accept "
+                           "longer runs. Lossless; compare its passes with sjd at the same window L = 32.",
+                           dict(method="scd", sjd_window=32)),
+    "pjd: rows in parallel": ("A Jacobi window in every active row; a row starts once the row above has c "
+                              "committed tokens, and its guesses never read another row's guesses.",
+                              dict(method="pjd", pjd_c=6)),
+    "gsd: cluster acceptance": ("sjd whose test sums p and q over the draft token's cluster of near-equal, "
+                                "nearby tokens: more passes accepted, no longer exact.", dict(method="gsd")),
+    "cool: annealed sd": ("sd whose early draft positions are relaxed most (w_i = δ·exp(−ν i − μ)) and whose "
+                          "residual matches the relaxation.", dict(method="cool", cool_delta=2.0)),
 }
 
 
@@ -781,9 +794,11 @@ def preset(name: str) -> tuple:
 SLIDERS = dict(tau=(0.0, 1.0, 0.01), k=(0, 128, 1), radius=(0, 4, 1), draft_rows=(0, 16, 1),
                draft_window=(0, 16, 1), gamma=(1, 16, 1), delta=(0.0, 1.0, 0.05), sjd_window=(1, 64, 1),
                window=(1, 32, 1), cfg=(1.0, 8.0, 0.5), temperature=(0.0, 2.0, 0.05),
-               cfg_interval=(-1, 256, 1))
+               cfg_interval=(-1, 256, 1), gsd_group=(1, 64, 1), gsd_gap=(0.0, 1.0, 0.01), gsd_dist=(0.0, 1.0, 0.05),
+               pjd_c=(1, 64, 1), cool_delta=(0.5, 4.0, 0.1), cool_nu=(0.0, 2.0, 0.05))
 # the symbols the page shows beside the field names the engine's messages use
-SYMBOLS = dict(tau="τ", scale="r", radius="l", window="w", gamma="γ", delta="δ", sjd_window="L")
+SYMBOLS = dict(tau="τ", scale="r", radius="l", window="w", gamma="γ", delta="δ", sjd_window="L", gsd_group="G",
+               pjd_c="c", cool_delta="δ", cool_nu="ν")
 
 
 def with_symbol(message: str) -> str:

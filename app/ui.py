@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from core import engine
-from core.config import CONTEXT_MODES, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
+from core.config import (CONTEXT_MODES, COOL_NORMS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS,
+                         UPSAMPLERS)
 from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 
@@ -103,8 +104,17 @@ def _more_knobs(vocab_size: int) -> dict:
         k["lantern_k"] = gr.Slider(0, max(d["lantern_k"], vocab_size - 1), d["lantern_k"], step=1,
                                    label="Neighbours considered (lantern)", info="capped at the codebook size",
                                    elem_id="lantern_k", elem_classes=["knob"])
-        k["sjd_window"] = _slider("sjd_window", "Jacobi window L (sjd)")
-        k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd)")
+        k["sjd_window"] = _slider("sjd_window", "Jacobi window L (sjd, scd, gsd; pjd per row)")
+        k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd, scd, gsd, pjd)")
+    with gr.Accordion("scd, gsd, pjd and cool knobs", open=False):
+        k["gsd_group"] = _slider("gsd_group", "G: cluster rank window (gsd)")
+        k["gsd_gap"] = _slider("gsd_gap", "Cluster probability gap (gsd)")
+        k["gsd_dist"] = _slider("gsd_dist", "Cluster embedding distance, as a quantile (gsd)")
+        k["pjd_c"] = _slider("pjd_c", "c: tokens of a row before the next starts (pjd)")
+        k["cool_delta"] = _slider("cool_delta", "δ: relaxation scale (cool)")
+        k["cool_nu"] = _slider("cool_nu", "ν: annealing rate (cool)")
+        k["cool_norm"] = gr.Radio(list(COOL_NORMS), value=d["cool_norm"], label="μ (cool)",
+                                  info="mean: the weights average δ; first: the first weight is δ")
     with gr.Accordion("ZipAR and sampling", open=False):
         k["window"] = _slider("window", "ZipAR window w",
                               "a row starts once the row above has w tokens; also used inside islands")

@@ -5,6 +5,12 @@
 - exact (speculative sampling): accept with min(1, p/q); residual normalize(max(0, p - q)).
 - relaxed (LANTERN): p moved from the draft token's nearest neighbours (within a total-variation
   budget delta) onto the draft token, then the exact test.
+- annealed (COOL-SD): min(1, w p/q) with a weight w per draft position; residual
+  normalize(max(0, p - min(q, w p))), which is the exact residual where w >= 1.
+- grouped (GSD): min(1, sum_C p / sum_C q) over a cluster C of the draft token (rank window of p,
+  filtered by probability gap and embedding distance); the residual stays the exact one.
+- maximal coupling (SCD): a new draft from p that keeps the old draft x ~ q with probability
+  min(1, p(x)/q(x)), else draws from the exact residual; its marginal is p.
 All probabilities are float32 rows of the processed distribution; pooled mass is summed in float64.
 """
 from __future__ import annotations
@@ -54,3 +60,48 @@ def relaxed_target(p: torch.Tensor, draft: torch.Tensor, neighbours: torch.Tenso
     out.scatter_(1, nb, torch.where(keep, torch.zeros_like(mass), mass))
     out[torch.arange(len(draft)), draft] += moved
     return out
+
+
+def annealed_weights(n: int, delta: float, nu: float, mu: float) -> torch.Tensor:
+    """COOL-SD's schedule w_i = delta * exp(-nu * i - mu) for draft positions i = 1..n -> (n,)."""
+    i = torch.arange(1, n + 1, dtype=torch.float32)
+    return delta * torch.exp(-nu * i - mu)
+
+
+def annealed_accept_prob(p_x: torch.Tensor, q_x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """min(1, w p(x) / q(x)) per drafted token x; (T,) each."""
+    return torch.clamp(w * p_x / q_x.clamp_min(1e-20), max=1.0)
+
+
+def annealed_residual(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """normalize(max(0, p - min(q, w p))) per row; p, q (T, V), w (T,). Falls back to p where empty."""
+    r = (p - torch.minimum(q, w[:, None] * p)).clamp_min(0.0)
+    z = r.sum(-1, keepdim=True)
+    return torch.where(z > 0, r / z.clamp_min(1e-20), p)
+
+
+def rank_cluster(p: torch.Tensor, x: int, group: int, gap: float, close: torch.Tensor) -> torch.Tensor:
+    """GSD's cluster of draft token x under p (V,): the `group` tokens of the rank window around x
+    ((group - 1) // 2 ranked above, the rest below, cut at either end, never shifted), kept where |p(y) - p(x)| < gap
+    and close[y] (embedding distance to x under the threshold); x itself always. -> (|C|,) token ids."""
+    order = torch.sort(p, descending=True, stable=True).indices
+    rank = int((order == x).nonzero()[0, 0])
+    above = (group - 1) // 2
+    window = order[max(0, rank - above):rank + group - above]
+    keep = ((p[window] - p[x]).abs() < gap) & close[window]
+    keep |= window == x
+    return window[keep]
+
+
+def grouped_accept_prob(p: torch.Tensor, q: torch.Tensor, cluster: torch.Tensor) -> torch.Tensor:
+    """min(1, sum_C p / sum_C q) for one slot; p, q (V,), cluster (|C|,) ids holding the draft token."""
+    return torch.clamp(p[cluster].sum() / q[cluster].sum().clamp_min(1e-20), max=1.0)
+
+
+def maximal_coupling(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """New draft per row from p coupled with the old draft x ~ q: keep x with probability
+    min(1, p(x)/q(x)), else sample normalize(max(0, p - q)). p, q (T, V), x (T,) -> (T,) ids."""
+    rows = torch.arange(len(x))
+    keep = torch.rand(len(x), generator=gen) <= exact_accept_prob(p[rows, x], q[rows, x])
+    fresh = torch.multinomial(residual(p, q), 1, generator=gen).squeeze(1)
+    return torch.where(keep, x, fresh)

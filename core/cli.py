@@ -97,8 +97,15 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, lantern)")
     p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern)")
     p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern)")
-    p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd)")
-    p.add_argument("--sjd-init", default=m.sjd_init, help="random | repeat (sjd)")
+    p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd, scd, gsd; pjd per row)")
+    p.add_argument("--sjd-init", default=m.sjd_init, help="fresh guesses: random | repeat | above (sjd, scd, gsd, pjd)")
+    p.add_argument("--gsd-group", type=int, default=m.gsd_group, help="rank-window size G of a cluster (gsd)")
+    p.add_argument("--gsd-gap", type=float, default=m.gsd_gap, help="cluster members' |p(y) - p(x)| bound (gsd)")
+    p.add_argument("--gsd-dist", type=float, default=m.gsd_dist, help="embedding-distance quantile bound (gsd)")
+    p.add_argument("--pjd-c", type=int, default=m.pjd_c, help="committed tokens of a row before the next starts (pjd)")
+    p.add_argument("--cool-delta", type=float, default=m.cool_delta, help="relaxation scale delta (cool)")
+    p.add_argument("--cool-nu", type=float, default=m.cool_nu, help="annealing rate nu over draft positions (cool)")
+    p.add_argument("--cool-norm", default=m.cool_norm, help="mu: mean (weights average delta) | first (cool)")
     p.add_argument("--cfg", type=float, default=s.cfg, help="classifier-free guidance scale (default: %(default)s)")
     p.add_argument("--cfg-interval", type=int, default=s.cfg_interval,
                    help="guide cells 0..N+1 only, as LlamaGen's --cfg-interval N (default: %(default)s = every cell)")
@@ -112,8 +119,11 @@ def run_config(args, method: str):
     from .config import MethodParams, RunConfig, SamplingConfig
     params = MethodParams(k=args.k, tau=args.tau, scale=args.scale, radius=args.radius, window=args.window,
                           draft_window=args.draft_window, draft_rows=args.draft_rows, upsampler=args.upsampler,
-                          resample=args.resample, rejection=args.rejection, context=args.context, gamma=args.gamma, delta=args.delta,
-                          lantern_k=args.lantern_k, sjd_window=args.sjd_window, sjd_init=args.sjd_init)
+                          resample=args.resample, rejection=args.rejection, context=args.context, gamma=args.gamma,
+                          delta=args.delta, lantern_k=args.lantern_k, sjd_window=args.sjd_window,
+                          sjd_init=args.sjd_init, gsd_group=args.gsd_group, gsd_gap=args.gsd_gap,
+                          gsd_dist=args.gsd_dist, pjd_c=args.pjd_c, cool_delta=args.cool_delta, cool_nu=args.cool_nu,
+                          cool_norm=args.cool_norm)
     sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                               cfg_interval=args.cfg_interval)
     return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params,

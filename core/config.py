@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd")
+METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd", "scd", "gsd", "pjd", "cool")
 UPSAMPLERS = ("pixel", "nearest")
 RESAMPLE_MODES = ("serial", "islands")
 REJECTION_MODES = ("local", "raster")
 CONTEXT_MODES = ("exact", "verify")
-SJD_INITS = ("random", "repeat")
+SJD_INITS = ("random", "repeat", "above")
+COOL_NORMS = ("mean", "first")
 
 
 class ParameterError(ValueError):
@@ -44,8 +45,15 @@ class MethodParams:
     gamma: int = 4              # sd/lantern: tokens drafted per cycle
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
     lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
-    sjd_window: int = 16        # sjd: Jacobi window L
-    sjd_init: str = "random"    # sjd: random | repeat (copy the token to the left)
+    sjd_window: int = 16        # sjd, scd, gsd: Jacobi window L; pjd: the window of each active row
+    sjd_init: str = "random"    # sjd, scd, gsd, pjd: fresh guesses random | repeat (token to the left) | above
+    gsd_group: int = 14         # gsd: rank-window size G of the draft token's cluster (1 = sjd)
+    gsd_gap: float = 0.15       # gsd: cluster members have |p(y) - p(x)| < gap
+    gsd_dist: float = 0.5       # gsd: embedding-distance filter, as a quantile of the table's pair distances
+    pjd_c: int = 6              # pjd: row i + 1 starts once row i has c committed tokens (>= W: one row)
+    cool_delta: float = 2.0     # cool: relaxation scale delta of w_i = delta exp(-nu i - mu) (1 with nu 0 = sd)
+    cool_nu: float = 0.7        # cool: annealing rate nu over draft positions
+    cool_norm: str = "mean"     # cool: mu makes the w_i average delta (mean) or w_1 = delta (first)
 
 
 @dataclass(frozen=True)
@@ -100,3 +108,10 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(p.lantern_k >= 0, "lantern_k", ">= 0", p.lantern_k)
     _check(p.sjd_window >= 1, "sjd_window", ">= 1", p.sjd_window)
     _check(p.sjd_init in SJD_INITS, "sjd_init", f"one of {', '.join(SJD_INITS)}", p.sjd_init)
+    _check(p.gsd_group >= 1, "gsd_group", ">= 1", p.gsd_group)
+    _check(0.0 <= p.gsd_gap <= 1.0, "gsd_gap", "in [0, 1]", p.gsd_gap)
+    _check(0.0 <= p.gsd_dist <= 1.0, "gsd_dist", "in [0, 1] (a quantile)", p.gsd_dist)
+    _check(p.pjd_c >= 1, "pjd_c", ">= 1", p.pjd_c)
+    _check(0.0 < p.cool_delta <= 100.0, "cool_delta", "in (0, 100]", p.cool_delta)
+    _check(0.0 <= p.cool_nu <= 10.0, "cool_nu", "in [0, 10]", p.cool_nu)
+    _check(p.cool_norm in COOL_NORMS, "cool_norm", f"one of {', '.join(COOL_NORMS)}", p.cool_norm)

@@ -121,15 +121,20 @@ class Decoder:
         self.cache_tok[cells] = UNKNOWN
         self.changed[cells] = self.clock
 
-    def feed(self, cells: list[int], tokens: list[int], write: list[bool]) -> torch.Tensor:
-        """One forward; returns (T, V) processed distributions, row j predicting cell cells[j] + 1."""
+    def feed(self, cells: list[int], tokens: list[int], write: list[bool],
+             cell_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """One forward; returns (T, V) processed distributions, row j predicting cell cells[j] + 1.
+        cell_mask (T, N) bool, optional: the cell slots each query may read (see GPT.forward_cells)."""
         B = self.captions.shape[0]
         tok = torch.tensor(tokens, device=self.device)[None].expand(B, -1)
         cell_t = torch.tensor(cells, device=self.device)
-        if len(cells) == 1 and write[0]:  # the single-token step (compiled when the model was told to)
+        if len(cells) == 1 and write[0] and cell_mask is None:  # the single-token step (compiled when told to)
             logits = self.gpt.step_one(self.cache, tok, cell_t, self.grid)
-        else:
+        elif cell_mask is None:
             logits = self.gpt.forward_cells(self.cache, tok, cell_t, self.grid, torch.tensor(write, device=self.device))
+        else:
+            logits = self.gpt.forward_cells(self.cache, tok, cell_t, self.grid, torch.tensor(write, device=self.device),
+                                            cell_mask.to(self.device))
         self.nfe += 1
         self.fed += len(cells)
         self.clock += 1

@@ -70,7 +70,7 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
     pair.caption(run.prompt, pair.grid)  # unknown words fail here, before any model runs
     gen = torch.Generator(device="cpu").manual_seed(run.seed)
     drafter = pair.multiscale if run.method == "mulo" else pair.small
-    if run.method in ("sd", "lantern") and drafter is None:
+    if run.method in ("sd", "lantern", "cool") and drafter is None:
         raise ValueError(f"the {pair.name} pair ships no same-resolution drafter for {run.method}")
     return MethodContext(target=pair.target, drafter=drafter, tokenizer=pair.tokenizer, grid=pair.grid,
                          caption=lambda grid: pair.caption(run.prompt, grid), sampling=run.sampling,

@@ -159,7 +159,8 @@ def test_sd_samples_the_target_distribution(embedded_row, ar_samples):
 
 def test_an_always_accept_rule_fails_the_same_test(embedded_row, ar_samples):
     def always_accept(ctx):  # negative control: p~ so large on the draft that every draft passes
-        return sd.speculate(ctx, lambda p, drafts: p + 1e9 * torch.nn.functional.one_hot(drafts, p.shape[-1]))
+        return sd.speculate(ctx, sd.relaxed_rule(
+            lambda p, drafts: p + 1e9 * torch.nn.functional.one_hot(drafts, p.shape[-1])))
     assert _tv(_first_cells(embedded_row, always_accept, 20_000), ar_samples) > 0.15
 
 

@@ -19,5 +19,6 @@ class Result:
 
 
 def registry() -> dict:
-    from . import ar, lantern, mulo, sd, sjd, zipar
-    return {"ar": ar.run, "zipar": zipar.run, "sd": sd.run, "lantern": lantern.run, "sjd": sjd.run, "mulo": mulo.run}
+    from . import ar, cool, gsd, lantern, mulo, pjd, scd, sd, sjd, zipar
+    return {"ar": ar.run, "zipar": zipar.run, "sd": sd.run, "lantern": lantern.run, "sjd": sjd.run, "mulo": mulo.run,
+            "scd": scd.run, "gsd": gsd.run, "pjd": pjd.run, "cool": cool.run}

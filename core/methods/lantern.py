@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from ..acceptance import relaxed_target
 from ..decoding import MethodContext
-from .sd import speculate
+from .sd import relaxed_rule, speculate
 
 
 def run(ctx: MethodContext):
     k = min(ctx.params.lantern_k, ctx.neighbours.shape[1])
-    return (yield from speculate(ctx, lambda p, drafts: relaxed_target(p, drafts, ctx.neighbours, k, ctx.params.delta)))
+    return (yield from speculate(ctx, relaxed_rule(
+        lambda p, drafts: relaxed_target(p, drafts, ctx.neighbours, k, ctx.params.delta))))

@@ -5,8 +5,9 @@ Each cycle:
   2. verify  one target forward scores them (and the bonus cell); accept each with min(1, p/q)
              in order; at the first rejection sample normalize(max(0, p - q)) and stop; after a
              full acceptance sample the bonus token from p
-The output distribution equals the target's processed p. `speculate` takes a relaxation of p
-(identity here; LANTERN's p~ in lantern.py) so that the two methods share one loop.
+The output distribution equals the target's processed p. `speculate` takes the verification rule:
+(p, q, drafts) -> (acceptance probabilities, residual rows). sd's is the exact test; LANTERN's
+(lantern.py) relaxes p first, COOL-SD's (cool.py) weighs each draft position, all in one loop.
 """
 from __future__ import annotations
 
@@ -22,9 +23,20 @@ from ..trace import Step
 from . import Result
 
 Relax = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (p (T, V), drafts (T,)) -> p~ (T, V)
+# (p (g, V), q (g, V), drafts (g,)) -> (acceptance probability (g,), residual to sample on rejection (g, V))
+Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def speculate(ctx: MethodContext, relax: Relax):
+def relaxed_rule(relax: Relax) -> Rule:
+    """The exact test min(1, p~/q) and residual normalize(max(0, p~ - q)) on a relaxation p~ of p."""
+    def rule(p, q, drafts):
+        p_relaxed = relax(p, drafts)
+        rows = torch.arange(len(drafts))
+        return exact_accept_prob(p_relaxed[rows, drafts], q[rows, drafts]), residual(p_relaxed, q)
+    return rule
+
+
+def speculate(ctx: MethodContext, rule: Rule):
     H, W = ctx.grid
     N, gamma = H * W, ctx.params.gamma
     target = ctx.decoder(ctx.target, ctx.grid)
@@ -50,8 +62,7 @@ def speculate(ctx: MethodContext, relax: Relax):
                 target.prefill()
             judged = list(range(t, min(t + g + 1, N)))
             p = predict(target, judged, scratch)                              # (len(judged), V)
-            p_relaxed = relax(p[:g], drafts)
-            prob = exact_accept_prob(p_relaxed[torch.arange(g), drafts], q[torch.arange(g), drafts])
+            prob, resid = rule(p[:g], q, drafts)
             accepted, out = [], []
             for i in range(g):
                 u = torch.rand(1, generator=ctx.gen).item()
@@ -60,7 +71,7 @@ def speculate(ctx: MethodContext, relax: Relax):
                     out.append(int(drafts[i]))
                     continue
                 accepted.append(False)
-                out.append(int(sample(residual(p_relaxed[i], q[i]), ctx.gen)))
+                out.append(int(sample(resid[i], ctx.gen)))
                 break
             bonus = all(accepted) and len(judged) > g
             if bonus:
@@ -80,4 +91,4 @@ def speculate(ctx: MethodContext, relax: Relax):
 
 
 def run(ctx: MethodContext):
-    return (yield from speculate(ctx, lambda p, drafts: p))
+    return (yield from speculate(ctx, relaxed_rule(lambda p, drafts: p)))

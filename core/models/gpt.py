@@ -401,12 +401,14 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def forward_cells(self, cache: KVCache, tokens: torch.Tensor, cells: torch.Tensor, grid,
-                      write: torch.Tensor | None = None) -> torch.Tensor:
+                      write: torch.Tensor | None = None, cell_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Feed tokens (B, T) at cells (T,) (raster indices); returns (B, T, V), [:, j] predicting cell cells[j]+1.
 
         Each query attends to the valid prefix and to every written cell whose raster index is not
         larger than its own (cells written in this call included). Tokens with write=False are seen
         by their own query only and leave the cache untouched (ZipAR's stand-in tokens).
+        cell_mask (T, H*W) bool, optional: a further restriction, the cell slots each query may read
+        (pjd's row-causal drafts); a query always reads its own token.
         """
         P, dev = self.cfg.prefix_len, tokens.device
         write = torch.ones(cells.shape[0], dtype=torch.bool, device=dev) if write is None else write
@@ -417,6 +419,10 @@ class GPT(nn.Module):
         see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, T, S)
         own_stale = (s_idx[None, :] == slots[:, None]) & ~write[:, None]  # an unwritten query's own slot
         see = see & ~own_stale[None]
+        if cell_mask is not None:
+            own = s_idx[None, :] == slots[:, None]                                        # (T, S)
+            allowed = torch.cat([torch.ones(cells.shape[0], P, dtype=torch.bool, device=dev), cell_mask], dim=1)
+            see = see & (allowed | own)[None]
         if not bool(write.all()):
             n_extra = int((~write).sum())
             extra = torch.zeros(cells.shape[0], n_extra, dtype=torch.bool, device=dev)
