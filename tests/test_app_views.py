@@ -56,10 +56,10 @@ def test_heatmap_cells_hold_the_pooled_mass_of_the_pass_that_judged_them(trace):
         assert z[i, j] == pytest.approx(min(0.0, max(plots.LOG_FLOOR, math.log10(max(pooled, 1e-12)))), abs=1e-9)
         assert custom[i, j][0] == trace.proposal[i][j]
         assert float(custom[i, j][1]) == pytest.approx(pooled, abs=1e-5)
-        assert custom[i, j][2] == ("accepted" if passed else "rejected")
+        assert custom[i, j][2] == ("passed τ" if passed else "below τ")
     # the title counts the passes of the cells as last judged
     title = plots.heatmap(trace, render.verdict(trace)).layout.title.text
-    assert f"({sum(a for _, a in judged.values())} of {H * W} accepted)" in title
+    assert f"{sum(a for _, a in judged.values())} of {H * W} passed τ" in title
 
 
 def test_the_heatmap_is_not_the_transpose_or_a_shifted_band(trace):
@@ -79,7 +79,7 @@ def card_numbers(text: str) -> dict:
                proposal=int(num(r"proposal token: (\d+)").group(1)))
     low = num(r"low-res cell \((\d+), (\d+)\), token (\d+)")
     out["low"] = tuple(map(int, low.groups()))
-    pooled = num(r"pooled mass ([0-9.]+) (>=|<) tau ([0-9.eE-]+): \*\*(accepted|rejected)\*\*")
+    pooled = num(r"pooled mass ([0-9.]+) (≥|<) τ ([0-9.eE-]+): \*\*(passed τ|below τ)\*\*")
     out["pooled"], out["verdict"] = float(pooled.group(1)), pooled.group(4)
     island = num(r"island (\d+)")
     out["island"] = int(island.group(1)) if island else None
@@ -101,7 +101,7 @@ def test_clicking_a_cell_shows_that_cell_s_numbers(trace):
         assert card["low"] == (a, b, trace.draft[a][b])
         pooled, passed = judged[(i, j)]
         assert card["pooled"] == pytest.approx(pooled, abs=5e-5)
-        assert card["verdict"] == ("accepted" if passed else "rejected")
+        assert card["verdict"] == ("passed τ" if passed else "below τ")
         checked.add(passed)
     assert checked == {True, False}
 
@@ -129,10 +129,11 @@ def test_frechet_distance_is_finite_zero_for_the_reference_itself_and_positive_f
     """evaluate.quality's FD (the figure the bench reports) against its definition: the reference
     images of the scenes themselves are at distance 0 (up to rounding); renders of other scenes are not."""
     from core.embedded import data, evaluate
+    from core.embedded.domain import render
     scenes, others = evaluate.heldout(6), data.scenes(data.HELDOUT_SEED + 777, 6)
     clf = family.load_classifier()
-    same = evaluate.quality([data.to_uint8(x) for x in data.image_batch(scenes, 64)], scenes, clf)["frechet"]
-    other = evaluate.quality([data.to_uint8(x) for x in data.image_batch(others, 64)], scenes, clf)["frechet"]
+    same = evaluate.quality([render(s, 64) for s in scenes], scenes, clf)["frechet"]
+    other = evaluate.quality([render(s, 64) for s in others], scenes, clf)["frechet"]
     assert math.isfinite(same) and math.isfinite(other)
     assert abs(same) < 1e-3 < other
 
