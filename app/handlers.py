@@ -68,8 +68,10 @@ PRESETS: dict[str, tuple[str, dict]] = {
                                 dict(tau=0.01, k=128, radius=1)),
     "Raster rejection": ("The classic rule: the proposal is kept up to the first rejection, the target "
                          "resamples that one token, then the drafter drafts the rest again and the target "
-                         "verifies again, cycle after cycle. Compare its passes with local rejection.",
-                         dict(rejection="raster")),
+                         "verifies again, cycle after cycle. One low-res row per cycle keeps each redraft "
+                         "short; even so the drafter runs thousands of passes (about 15 s on a laptop CPU). "
+                         "Compare its passes with local rejection.",
+                         dict(rejection="raster", draft_rows=1)),
     "Local rejection, no expansion (l = 0)": ("Only the rejected cells themselves are resampled; their "
                                                "neighbours keep the proposal.", dict(radius=0)),
     "No pooling (k = 0)": ("Only the proposal token's own probability counts; many more rejections.",
