@@ -262,14 +262,20 @@ def one_band(tiny_pair):
     cell t is the prefix and the proposal before t. Returns (proposal (N,), rows (N, V): row t is cell t)."""
     t = run_mulo(tiny_pair, tau=0.0)
     proposal = np.array(t.proposal).reshape(-1)
-    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
-    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu")
+    return proposal, cache_free_rows(tiny_pair, proposal)
+
+
+def cache_free_rows(pair, tokens: np.ndarray) -> torch.Tensor:
+    """(N, V) float64: row t is the target's processed distribution of cell t given every token before
+    it, from one cache-free forward (row 0 from the prefill)."""
+    ids, mask = pair.caption(PROMPT, pair.grid)
+    dec = Decoder(pair.target, pair.grid, ids, mask, RunConfig().sampling, "cpu")
     dec.prefill()
     B, N = dec.captions.shape[0], dec.n_cells
-    logits = tiny_pair.target.forward_visible(dec.captions, dec.masks, torch.from_numpy(proposal)[None].expand(B, N),
-                                              dec.grid, torch.ones(N, dtype=torch.bool), drop=dec.drop)
+    logits = pair.target.forward_visible(dec.captions, dec.masks, torch.from_numpy(tokens)[None].expand(B, N),
+                                         dec.grid, torch.ones(N, dtype=torch.bool), drop=dec.drop)
     later = processed(logits, dec.sampling, cells=list(range(1, N + 1)))[0]      # row t predicts t + 1
-    return proposal, torch.cat([dec.p0[None], later[:-1]]).double()
+    return torch.cat([dec.p0[None], later[:-1]]).double()
 
 
 def pooled_by_definition(rows: torch.Tensor, proposal: np.ndarray, nearest: torch.Tensor) -> np.ndarray:
@@ -332,14 +338,7 @@ def serial_resampling(embedded):
     (v,) = [s for s in t.steps if s["phase"] == "verify"]
     final, proposal = np.array(t.tokens).reshape(-1), np.array(t.proposal).reshape(-1)
     cells = np.flatnonzero(np.array(v["resample"]).reshape(-1))
-    ids, mask = embedded.caption(PROMPT, embedded.grid)
-    dec = Decoder(embedded.target, embedded.grid, ids, mask, RunConfig().sampling, "cpu")
-    dec.prefill()
-    B, N = dec.captions.shape[0], dec.n_cells
-    logits = embedded.target.forward_visible(dec.captions, dec.masks, torch.from_numpy(final)[None].expand(B, N),
-                                             dec.grid, torch.ones(N, dtype=torch.bool), drop=dec.drop)
-    later = processed(logits, dec.sampling, cells=list(range(1, N + 1)))[0]
-    rows = torch.cat([dec.p0[None], later[:-1]])[cells].double()
+    rows = cache_free_rows(embedded, final)[cells]
     return final, proposal, cells, rows
 
 
