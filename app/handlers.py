@@ -66,11 +66,9 @@ PRESETS: dict[str, tuple[str, dict]] = {
                                 "passes τ, and each cell below τ grows by the radius l = 1 into a small island. "
                                 "A handful of islands, resampled in parallel; the rest is kept.",
                                 dict(tau=0.01, k=128, radius=1)),
-    "Raster rejection": ("The classic rule: the proposal is kept up to the first rejection, the target "
-                         "resamples that one token, then the drafter drafts the rest again and the target "
-                         "verifies again, cycle after cycle. One low-res row per cycle keeps each redraft "
-                         "short; even so the drafter runs thousands of passes (about 15 s on a laptop CPU). "
-                         "Compare its passes with local rejection.",
+    "Raster rejection": ("The classic rule: keep the proposal up to the first rejection, resample that token, "
+                         "draft the rest again and verify again, cycle after cycle (one low-res row per "
+                         "cycle keeps it to seconds). Compare its passes with local rejection.",
                          dict(rejection="raster", draft_rows=1)),
     "Local rejection, no expansion (l = 0)": ("Only the rejected cells themselves are resampled; their "
                                                "neighbours keep the proposal.", dict(radius=0)),
@@ -813,7 +811,7 @@ def _check_one(name: str, value, pair) -> str | None:
     """Why `name` = `value` (already of the right type) is refused by the engine, or None."""
     try:
         cfg = run_config(*[value if k == name else DEFAULTS[k] for k in KNOBS])
-        validate(cfg, pair.vocab_size, pair.grid)
+        validate(cfg, pair.vocab_size, pair.grid, registry())
     except ParameterError as e:
         return str(e)
     except gr.Error as e:
