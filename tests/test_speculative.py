@@ -260,7 +260,7 @@ def embedded_row4():
     """The shipped target on a 1 x 4 row: sjd's later guesses come from p under another context, and a
     trained target reacts to that context."""
     pair = dataclasses.replace(engine.load_pair("embedded"), grid=ROW,
-                               caption=lambda prompt, grid: engine._embedded_caption(prompt, (32, 32)))
+                               caption=lambda prompt, grid: family.caption(prompt, (32, 32)))
     return pair, exact_joint(pair, TOP2)
 
 
