@@ -23,7 +23,7 @@ from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
 from core.domain import COLS, ROWS, PromptError, parse_prompt
 from core.evaluate import quality as measured_quality
 from core.methods import registry
-from core.trace import MAX_BYTES, Trace, TraceError
+from core.trace import MAX_BYTES, Limits, Trace, TraceError
 
 from . import plots, render
 
@@ -289,26 +289,31 @@ def generate(request: gr.Request | None, show_grid, *knobs):
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), *views(state, show_grid))
 
 
+def trace_limits(name: str) -> Limits:
+    """What a trace made with the pair `name` may hold: that pair's grids and codebook. Only pairs
+    found on this machine qualify (ValueError otherwise), so a file never makes the app load weights
+    it would not offer in its own menu."""
+    found = engine.found_pairs()
+    if name not in found:
+        raise ValueError(f"it was made with the model pair {name!r}, which is not on this machine "
+                         f"(available: {', '.join(found)})")
+    pair = engine.load_pair(name)
+    H, W = pair.grid
+    return Limits((H, W), tuple((H // r, W // r) for r in pair.scales if H % r == 0 and W % r == 0),
+                  pair.vocab_size)
+
+
 def load_trace(path: str | None) -> Trace:
-    """Read an uploaded trace as data only: size, JSON, schema and grids checked (gr.Error otherwise)."""
+    """Read an uploaded trace as data only: size, JSON, every field's type and range, and its grids
+    against the model pair's own, before anything is sized by them (gr.Error otherwise)."""
     if not path:
         raise gr.Error("no file: choose a trace JSON file to replay")
-    size = os.path.getsize(path)
-    if size > MAX_BYTES:
-        raise gr.Error(f"the trace file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
-    with open(path, "rb") as f:
-        text = f.read()
     with user_errors("cannot replay this trace: "):
-        trace = Trace.from_json(text)
-    try:
-        pair = engine.load_pair(trace.model)
-    except ValueError as e:
-        raise gr.Error(f"cannot replay this trace: {e}") from None
-    top = max(max(map(max, g)) for g in (trace.tokens, trace.proposal, trace.draft) if g is not None)
-    if top >= pair.vocab_size:
-        raise gr.Error(f"cannot replay this trace: token {top} is outside the {pair.name} codebook "
-                       f"(size {pair.vocab_size})")
-    return trace
+        size = os.path.getsize(path)
+        if size > MAX_BYTES:
+            raise TraceError(f"the file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are read")
+        with open(path, "rb") as f:
+            return Trace.from_json(f.read(), trace_limits)
 
 
 def replay(path, show_grid=False):
