@@ -6,8 +6,9 @@ the problem, raised here at the boundary so the app stays up.
 """
 from __future__ import annotations
 
+import math
 import os
-import tempfile
+import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from core.evaluate import quality as measured_quality
 from core.methods import registry
 from core.trace import MAX_BYTES, Limits, Trace, TraceError
 
-from . import plots, render
+from . import files, plots, render
 
 try:
     import spaces
@@ -86,34 +87,79 @@ def user_errors(what: str = ""):
         raise gr.Error(f"{what}{e}") from None
 
 
+def _whole(v) -> int:
+    """A whole number from what a client sent: an int exactly (seeds up to 2^63 - 1), an integral
+    float (a slider's 16.0) or the text of either (ValueError otherwise)."""
+    if isinstance(v, str):
+        v = v.strip()
+        return int(v) if v.lstrip("-").isdigit() else _whole(float(v))
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise ValueError
+
+
+def _knob(name: str, v):
+    """One knob's value as the engine takes it, from whatever a client sent (ValueError if it cannot be)."""
+    if name in _INTS:
+        return _whole(v)
+    if name in _FLOATS:
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ValueError
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError
+        return v
+    if name == "model" and v is None:
+        return RunConfig.model
+    if name == "prompt" and v is None:
+        return ""
+    if not isinstance(v, str):
+        raise ValueError
+    return v
+
+
 def run_config(*knobs) -> RunConfig:
-    """The RunConfig of knob values given in KNOBS order (gr.Error for a value of the wrong type)."""
+    """The RunConfig of knob values given in KNOBS order, as any client may send them (gr.Error
+    naming the knob for a value of the wrong type; the ranges are checked by the engine)."""
     if len(knobs) != len(KNOBS):
         raise gr.Error(f"expected {len(KNOBS)} knob values ({', '.join(KNOBS)}); got {len(knobs)}")
-    values = dict(zip(KNOBS, knobs))
-    for name, v in values.items():
+    values = {}
+    for name, v in zip(KNOBS, knobs):
         try:
-            if name in _INTS:
-                if v is None or float(v) != int(float(v)):
-                    raise ValueError
-                values[name] = int(float(v))
-            elif name in _FLOATS:
-                values[name] = float(v)
-        except (TypeError, ValueError):
-            raise gr.Error(f"{name} must be {'an integer' if name in _INTS else 'a number'}; got {v!r}") from None
-    return RunConfig(method=str(values["method"]), prompt=str(values["prompt"] or ""), seed=values["seed"],
+            values[name] = _knob(name, v)
+        except (TypeError, ValueError, OverflowError):
+            kind = "an integer" if name in _INTS else "a finite number" if name in _FLOATS else "text"
+            raise gr.Error(f"{name} must be {kind}; got {_short(v)}") from None
+    return RunConfig(method=values["method"], prompt=values["prompt"], seed=values["seed"],
                      sampling=SamplingConfig(**{f: values[f] for f in _SAMPLING_FIELDS}),
-                     params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}),
-                     model=str(values["model"] or RunConfig.model))
+                     params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}), model=values["model"])
+
+
+def _short(v) -> str:
+    """A value a client sent, quoted for a message: at most 40 characters, no markup."""
+    s = repr(v)
+    s = s if len(s) <= 40 else s[:37] + "..."
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def checked(cfg: RunConfig):
-    """The model pair for cfg, after the engine's validation (gr.Error on bad input)."""
+    """The model pair for cfg, after the engine's validation (gr.Error on bad input). Only pairs
+    found on this machine are loaded: a client cannot make the app look for other weights."""
+    found = engine.found_pairs()
+    if cfg.model not in found:
+        from core.models import llamagen
+        if cfg.model in llamagen.PAIRS:   # named without the server's folders
+            needs = ", ".join(llamagen.CHECKPOINTS[k].file for k in llamagen.pair_files(cfg.model))
+            raise gr.Error(f"the {cfg.model} pair's weights are not on this machine: it needs {needs} in the "
+                           f"folder named by {llamagen.ENV_DIR} (see the README)")
+        raise gr.Error(f"model must be one of {', '.join(found)}; got {_short(cfg.model)}")
     try:
         pair = engine.load_pair(cfg.model)
         with user_errors():
             engine.context(cfg, pair)
-    except (ValueError, OSError) as e:  # unknown pair, bad prompt for it, weights missing or unreadable
+    except (ValueError, OSError) as e:  # bad prompt for the pair, weights unreadable
         raise gr.Error(str(e)) from None
     return pair
 
@@ -221,13 +267,6 @@ def regrid(state: dict | None, show_grid: bool) -> tuple:
     return views(state, show_grid) if state else tuple(gr.skip() for _ in VIEWS)
 
 
-def _trace_file(trace: Trace) -> str:
-    path = os.path.join(tempfile.mkdtemp(prefix="mulo-"), f"trace-{trace.method}-seed{trace.seed}.json")
-    with open(path, "w") as f:
-        f.write(trace.to_json())
-    return path
-
-
 def _live(status: str, **shown) -> tuple:
     """A streaming update: status and the given VIEWS (e.g. the canvases so far), the rest left as is."""
     out = [gr.skip()] * (3 + len(VIEWS))
@@ -237,14 +276,28 @@ def _live(status: str, **shown) -> tuple:
     return tuple(out)
 
 
-_stop_requests: set[str] = set()   # sessions whose running generation should end at its next step
+STOPS_KEPT = 1024                            # Stop requests remembered at most (the oldest go first)
+_stop_lock = threading.Lock()
+_stop_requests: OrderedDict = OrderedDict()  # sessions whose running generation should end at its next step
 
 
 def stop(request: gr.Request) -> str:
     """The Stop button: Gradio cancels the event, but a step already running on a worker thread
-    still delivers its update; the flag makes the generation end at its next step whatever wins."""
-    _stop_requests.add(request.session_hash)
+    still delivers its update; the flag makes the generation end at its next step whatever wins.
+    Only the caller's own session is flagged."""
+    with _stop_lock:
+        _stop_requests[request.session_hash] = None
+        _stop_requests.move_to_end(request.session_hash)
+        while len(_stop_requests) > STOPS_KEPT:
+            _stop_requests.popitem(last=False)
     return "Stopped. The views still show the previous run; press Generate to start again."
+
+
+def forget(request: gr.Request) -> None:
+    """A session ended (its page closed): drop what the app keeps for it outside gr.State."""
+    if request is not None:
+        with _stop_lock:
+            _stop_requests.pop(request.session_hash, None)
 
 
 @GPU
@@ -252,7 +305,9 @@ def generate(request: gr.Request | None, show_grid, *knobs):
     """Run the method given by the knobs (KNOBS order), streaming its canvas as it fills, then the ar
     baseline; yields (state, status, trace file, *VIEWS). Ends early after `stop` for its session."""
     session = request.session_hash if request is not None else None
-    _stop_requests.discard(session)
+    with _stop_lock:
+        _stop_requests.pop(session, None)
+    show_grid = show_grid is True
     run = run_config(*knobs)
     pair = checked(run)
     H, W = pair.grid
@@ -286,7 +341,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                     "for the same prompt and seed…")
         baseline = ar_baseline(run, pair)
     state = dict(trace=trace, baseline=baseline)
-    yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), *views(state, show_grid))
+    yield (state, f"Done: **{run.method}**, seed {run.seed}.", files.trace_file(trace), *views(state, show_grid))
 
 
 def trace_limits(name: str) -> Limits:
@@ -308,12 +363,28 @@ def load_trace(path: str | None) -> Trace:
     against the model pair's own, before anything is sized by them (gr.Error otherwise)."""
     if not path:
         raise gr.Error("no file: choose a trace JSON file to replay")
-    with user_errors("cannot replay this trace: "):
-        size = os.path.getsize(path)
-        if size > MAX_BYTES:
-            raise TraceError(f"the file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are read")
-        with open(path, "rb") as f:
-            return Trace.from_json(f.read(), trace_limits)
+    if not os.path.isfile(path):
+        raise gr.Error("the uploaded file is gone (each upload is read once): upload it again")
+    try:
+        with user_errors("cannot replay this trace: "):
+            size = os.path.getsize(path)
+            if size > MAX_BYTES:
+                raise TraceError(f"the file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are read")
+            with open(path, "rb") as f:
+                text = f.read()
+            return Trace.from_json(text, trace_limits)
+    finally:
+        _forget_upload(path)
+
+
+def _forget_upload(path: str) -> None:
+    """An upload is read once: remove it from the cache folder (the replayed trace is offered for
+    download again), whether or not it could be replayed."""
+    if os.path.realpath(path).startswith(os.path.realpath(files.cache_folder()) + os.sep):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def replay(path, show_grid=False):
@@ -325,7 +396,7 @@ def replay(path, show_grid=False):
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise gr.Error(f"cannot replay this trace: its steps are malformed ({type(e).__name__}: {e})") from None
     return (state, f"Replayed an uploaded **{trace.method}** trace (seed {trace.seed}); no model ran.",
-            _trace_file(trace), *shown)
+            files.trace_file(trace), *shown)
 
 
 def scrub(state, n, show_grid=False):
@@ -333,9 +404,14 @@ def scrub(state, n, show_grid=False):
     if not state:
         return None, "Generate an image first; then drag the slider to replay the run."
     trace = state["trace"]
-    n = int(n or 0)
+    total = len(trace.steps)
+    try:
+        n = _whole(0 if n is None else n)
+    except (TypeError, ValueError, OverflowError):
+        raise gr.Error(f"step must be a whole number from 0 to {total}; got {_short(n)}") from None
+    n = min(max(n, 0), total)
     tok = engine.load_pair(trace.model).tokenizer
-    return render.canvas_image(render.replay(trace, n), tok, show_grid), render.step_caption(trace, n)
+    return render.canvas_image(render.replay(trace, n), tok, show_grid is True), render.step_caption(trace, n)
 
 
 def inspect_cell(state, evt: gr.SelectData):

@@ -3,13 +3,44 @@ event calls a function of app.handlers. Model-running events share one queue slo
 from __future__ import annotations
 
 import gradio as gr
+import numpy as np
 
 from core import engine
 from core.config import REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
 from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
+from core.trace import MAX_BYTES
 
+from . import files
 from . import handlers as h
+from .theme import CSS, THEME
+
+# what keeps one host safe for many users (README, "Hosting safely"): a bounded queue, uploads no
+# larger than a trace may be, a bounded number of sessions kept, and the cache swept on a schedule
+QUEUE = dict(default_concurrency_limit=4, max_size=32)
+STATE_TTL_S = 3600          # a session's run is dropped this long after it was made
+LAUNCH = dict(max_file_size=MAX_BYTES, state_session_capacity=256, app_kwargs=dict(lifespan=files.sweeping),
+              theme=THEME, css=CSS)
+
+
+def _as_files(cls):
+    """cls (an image-showing component) that writes arrays as cached PNG files itself (app.files),
+    so that a file being served is never rewritten; the browser sees the same component."""
+    class Component(cls):
+        is_template = True   # the front end draws it as cls
+
+        def postprocess(self, value):
+            if isinstance(value, np.ndarray):
+                value = files.png(value)
+            elif isinstance(value, list):   # a gallery: images or (image, caption) pairs
+                value = [(files.png(v[0]), *v[1:]) if isinstance(v, tuple) and isinstance(v[0], np.ndarray)
+                         else files.png(v) if isinstance(v, np.ndarray) else v for v in value]
+            return super().postprocess(value)
+    Component.__name__ = Component.__qualname__ = cls.__name__
+    return Component
+
+
+Image, Gallery = _as_files(gr.Image), _as_files(gr.Gallery)
 
 EXAMPLES = [
     "a large red circle center on a striped blue background",
@@ -59,7 +90,7 @@ def _explain(key: str) -> gr.Markdown:
 
 
 def _grid(label: str, elem_id: str) -> gr.Image:
-    return gr.Image(label=label, type="numpy", format="png", interactive=False, height=240, elem_id=elem_id,
+    return Image(label=label, type="numpy", format="png", interactive=False, height=240, elem_id=elem_id,
                     elem_classes=["token-grid"], buttons=["download", "fullscreen"])
 
 
@@ -123,8 +154,8 @@ def _prompt_builder(prompt: gr.Textbox) -> None:
 
 def build_demo() -> gr.Blocks:
     pair = engine.load_pair("embedded")
-    with gr.Blocks(title="MuLo-SD Explorer") as demo:
-        state = gr.State()
+    with gr.Blocks(title="MuLo-SD Explorer", delete_cache=(min(60, files.CACHE_AGE_S), files.CACHE_AGE_S)) as demo:
+        state = gr.State(time_to_live=STATE_TTL_S)
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=1, min_width=340):
@@ -171,14 +202,14 @@ def build_demo() -> gr.Blocks:
                         _explain("scrubber")
                         scrubber = gr.Slider(0, 1, 0, step=1, label="Step", elem_id="scrubber")
                         step = gr.Markdown(elem_id="step")
-                        canvas = gr.Image(label="Canvas after the step", type="numpy", format="png",
+                        canvas = Image(label="Canvas after the step", type="numpy", format="png",
                                           interactive=False, height=360, elem_id="canvas",
                                           elem_classes=["token-grid"], buttons=["download", "fullscreen"])
                     with gr.Tab("Compare", id="compare"):
                         _explain("compare")
                         cmp_btn = gr.Button("Compare all methods", variant="primary", elem_id="compare-run")
                         cmp_status = gr.Markdown()
-                        cmp_gallery = gr.Gallery(label="Final images", columns=6, height=240, format="png",
+                        cmp_gallery = Gallery(label="Final images", columns=6, height=240, format="png",
                                                  interactive=False, elem_classes=["token-grid"])
                         cmp_table = gr.Dataframe(headers=["method", "target NFE", "drafter NFE", "wall ms",
                                                           "kept", "NFE speedup", "wall speedup", "quality",
@@ -196,7 +227,7 @@ def build_demo() -> gr.Blocks:
                     with gr.Tab("Trace files", id="files"):
                         _explain("files")
                         trace_file = gr.File(label="Trace of the last run", interactive=False)
-                        upload = gr.File(label="Replay a trace (JSON, at most 32 MiB)", file_types=[".json"],
+                        upload = gr.File(label=f"Replay a trace (JSON, at most {MAX_BYTES // 2**20} MiB)", file_types=[".json"],
                                          type="filepath")
                         replay_btn = gr.Button("Replay the uploaded trace")
 
@@ -206,21 +237,24 @@ def build_demo() -> gr.Blocks:
         views = [view_outputs[v] for v in h.VIEWS]
         run_outputs = [state, status, trace_file, *views]
 
+        # the model-running events and the scrubber take their inputs as sent (preprocess=False): the
+        # handlers check every value's type and name the knob, instead of a generic component error
         gen = run_btn.click(h.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
-                            concurrency_id="model", concurrency_limit=1, show_progress="minimal")
+                            concurrency_id="model", concurrency_limit=1, show_progress="minimal", preprocess=False)
         stop_btn.click(h.stop, None, status, cancels=[gen], api_visibility="private")
         replay_btn.click(h.replay, [upload, show_grid], run_outputs, api_name="replay")
         show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
-                       show_progress="hidden", trigger_mode="always_last")
+                       show_progress="hidden", trigger_mode="always_last", preprocess=False)
         proposal.select(h.inspect_cell, state, cell, api_visibility="private")
         cmp_btn.click(h.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status], api_name="compare",
-                      concurrency_id="model", concurrency_limit=1)
+                      concurrency_id="model", concurrency_limit=1, preprocess=False)
         sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
-                        concurrency_id="model", concurrency_limit=1)
+                        concurrency_id="model", concurrency_limit=1, preprocess=False)
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
         knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["lantern_k"], knobs["scale"],
                                                               pair_info], api_visibility="private")
         link_btn.click(h.share_link, knob_list, link, api_visibility="private")
         demo.load(h.from_query, None, knob_list, api_visibility="private")
+        demo.unload(h.forget)
     return demo

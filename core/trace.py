@@ -16,7 +16,7 @@ SCHEMA = "mulo-trace/2"
 OLD_SCHEMAS = ("mulo-trace/1",)  # read and converted: totals.accepted_fraction -> passed / kept
 PHASES = ("draft", "upsample", "verify", "resample", "decode", "refresh")
 MODELS = ("target", "drafter", None)
-MAX_BYTES = 32 * 1024 * 1024
+MAX_BYTES = 8 * 1024 * 1024      # a real trace of a 32x32 grid is at most about 1.3 MB (sd, gamma 16)
 
 
 class TraceError(ValueError):

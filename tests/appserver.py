@@ -4,8 +4,7 @@ import socket
 
 import torch
 
-from app.theme import CSS, THEME
-from app.ui import build_demo
+from app.ui import LAUNCH, QUEUE, build_demo
 
 
 def free_port() -> int:
@@ -19,9 +18,9 @@ def running_app():
     """Yield the URL of a running app; one torch thread while it runs (see test_app_render.one_thread)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    demo = build_demo().queue(default_concurrency_limit=4)
+    demo = build_demo().queue(**QUEUE)
     _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
-                            quiet=True, theme=THEME, css=CSS)
+                            quiet=True, **LAUNCH)
     try:
         yield url
     finally:
