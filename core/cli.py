@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -111,11 +115,66 @@ def run_config(args, method: str):
     return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params)
 
 
+class UsageError(ValueError):
+    """A command line that cannot work (an output path, a count, a spec); one line, exit 2."""
+
+
+def _image_extensions() -> set[str]:
+    from PIL import Image
+    Image.init()
+    return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE}
+
+
+def check_output(path: str, flag: str, extensions: set[str]) -> Path:
+    """An output path that will take a write: known extension, an existing folder where a file can
+    be created (tried, so read-only file systems count too), not a folder itself."""
+    p = Path(path)
+    if p.suffix.lower() not in extensions:
+        raise UsageError(f"{flag} {path}: the file name must end in one of {', '.join(sorted(extensions))}")
+    if p.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file name")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{p.name}."):
+            pass
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e})") from None
+    return p
+
+
+def check_outputs(**paths) -> dict[str, Path]:
+    """Every output of a command checked before any work; two flags never name one file."""
+    checked = {flag: check_output(path, flag, exts) for flag, (path, exts) in paths.items() if path}
+    seen: dict[Path, str] = {}
+    for flag, p in checked.items():
+        key = p.resolve()
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag} name the same file {p}; give each its own")
+        seen[key] = flag
+    return checked
+
+
+def write_atomic(path: Path, write) -> None:
+    """write(temporary path) then rename over path: a reader sees the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
+                               suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _generate(args) -> int:
     import torch
     from PIL import Image
     from . import engine
     from .trace import Trace
+    outs = check_outputs(**{"--out": (args.out, _image_extensions()), "--trace": (args.trace, {".json"})})
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = run_config(args, args.method)
@@ -129,12 +188,11 @@ def _generate(args) -> int:
         else:
             n += len(ev.cells)
             bar(min(n, pair.grid[0] * pair.grid[1]), pair.grid[0] * pair.grid[1], ev.phase)
-    img = engine.decode_image(trace.tokens, pair.tokenizer)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(img).save(out)
+    img = Image.fromarray(engine.decode_image(trace.tokens, pair.tokenizer))
+    out = outs["--out"]
+    write_atomic(out, lambda tmp: img.save(tmp, format=Image.registered_extensions()[out.suffix.lower()]))
     if args.trace:
-        Path(args.trace).write_text(trace.to_json())
+        write_atomic(outs["--trace"], lambda tmp: Path(tmp).write_text(trace.to_json()))
     t = trace.totals
     print(f"{cfg.method}: target NFE {t['target_nfe']}, drafter NFE {t['drafter_nfe']}, "
           f"wall {t['wall_ms'] / 1000:.2f} s, passed {t['passed_fraction']}, kept {t['kept_fraction']} -> {out}")
@@ -142,10 +200,9 @@ def _generate(args) -> int:
 
 
 def _export(args) -> int:
-    import torch
     from . import family, train
     run_dir = Path(args.run_dir or f"runs/{args.job}")
-    state = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=False)
+    state = train.read_checkpoint(run_dir / "ckpt.pt")
     cfg = train.TrainConfig(**state["config"])
     model = train.make_job(cfg, Path(args.assets)).model
     model.load_state_dict(state["model"])
@@ -162,12 +219,22 @@ def _bench(args) -> int:
     from . import bench
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.prompts < 1:
+        raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
+    check_outputs(**{"--json": (args.json, {".json"})})
     base = run_config(args, "ar")
-    result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base,
-                       ProgressBar("bench"))
+    specs = [m for m in args.methods.split(",") if m]
+    if not specs:
+        raise UsageError("--methods names no method; e.g. --methods ar,zipar,mulo")
+    for spec in specs:
+        try:
+            bench.parse_spec(spec, base)
+        except ValueError as e:
+            raise UsageError(str(e) if str(e).startswith("method spec") else f"method spec {spec!r}: {e}") from None
+    result = bench.run(specs, args.prompts, args.seed, base, ProgressBar("bench"))
     print(bench.table(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_atomic(Path(args.json), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2)))
     return 0
 
 
@@ -177,8 +244,14 @@ def _evaluate(args) -> int:
     from . import evaluate
     if args.threads:
         torch.set_num_threads(args.threads)
-    figures = evaluate.run(args.what, args.prompts, ProgressBar(f"evaluate {args.what}"),
-                           grids=tuple(int(g) for g in args.grids.split(",")), record=args.record)
+    if args.prompts < 1:
+        raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
+    try:
+        grids = tuple(int(g) for g in args.grids.split(","))
+    except ValueError:
+        raise UsageError(f"--grids must be comma-separated token grid sides, e.g. 32,16,8; got {args.grids!r}") from None
+    figures = evaluate.run(args.what, args.prompts, ProgressBar(f"evaluate {args.what}"), grids=grids,
+                           record=args.record)
     print(json.dumps(figures, indent=2))
     return 0
 
@@ -212,6 +285,19 @@ def _extend(p: argparse.ArgumentParser) -> None:
     e.set_defaults(func=_evaluate)
 
 
+INTERRUPTED = {   # what an interrupted command leaves behind, and how to go on
+    "generate": "nothing was written (outputs are written whole, at the end)",
+    "bench": "no result was written; run the same command again",
+    "evaluate": "no figures were recorded; run the same command again",
+    "train": "the last checkpoint (every --ckpt-every steps) is kept; run the same command to resume",
+    "export": "assets/ is unchanged unless the export finished",
+}
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM ends a command the way Ctrl-C does
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     _extend(parser)
@@ -219,8 +305,19 @@ def main(argv: list[str] | None = None) -> int:
     from .config import ParameterError
     from .domain import PromptError
     from .family import AssetError
+    from .train import CheckpointError
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
+        if getattr(args, "threads", 0) < 0:
+            raise UsageError(f"--threads must be 0 (torch's default) or more; got {args.threads}")
         return args.func(args)
-    except (ParameterError, PromptError, AssetError, FileNotFoundError) as e:  # bad input: one clear line
-        sys.stderr.write(f"error: {e}\n")
+    except (ParameterError, PromptError, AssetError, CheckpointError, UsageError, FileNotFoundError) as e:
+        sys.stderr.write(f"error: {e}\n")  # bad input: one clear line
         return 2
+    except OSError as e:  # a disk that filled or went away while writing
+        sys.stderr.write(f"error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\ninterrupted: {INTERRUPTED.get(args.cmd, 'stopped')}\n")
+        return 130
