@@ -165,6 +165,8 @@ def checked(cfg: RunConfig):
 
 
 def model_facts(name: str) -> dict:
+    if not isinstance(name, str) or name not in engine.found_pairs():
+        raise gr.Error(f"model must be one of {', '.join(engine.found_pairs())}; got {_short(name)}")
     try:
         return engine.pair_facts(name)
     except ValueError as e:

@@ -253,7 +253,8 @@ def build_demo() -> gr.Blocks:
                         concurrency_id="model", concurrency_limit=1, preprocess=False)
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
         knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["lantern_k"], knobs["scale"],
-                                                              pair_info], api_visibility="private")
+                                                              pair_info], api_visibility="private",
+                               preprocess=False)
         link_btn.click(h.share_link, knob_list, link, api_visibility="private")
         demo.load(h.from_query, None, knob_list, api_visibility="private")
         demo.unload(h.forget)

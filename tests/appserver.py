@@ -1,7 +1,10 @@
 """Launch the explorer in-process on a free local port, for the API and browser tests."""
 import contextlib
+import json
 import socket
+import uuid
 
+import httpx
 import torch
 
 from app.ui import LAUNCH, QUEUE, build_demo
@@ -26,3 +29,25 @@ def running_app():
     finally:
         demo.close()
         torch.set_num_threads(before)
+
+
+def call(url: str, api_name: str, data: list, session_hash: str | None = None, event_data=None,
+         timeout: float = 120) -> dict:
+    """Call any event of the app over plain HTTP, as a browser does (private events included, which
+    gradio_client refuses): join the queue by fn_index, read the event stream to its end. Returns
+    the process_completed message ({"success": ..., "output": {"data" | "error": ...}})."""
+    deps = httpx.get(url + "config", timeout=timeout).json()["dependencies"]
+    fn_index = next(i for i, d in enumerate(deps) if d.get("api_name") == api_name)
+    session_hash = session_hash or uuid.uuid4().hex[:11]
+    with httpx.Client(timeout=timeout) as http:
+        body = dict(data=data, fn_index=fn_index, trigger_id=None, session_hash=session_hash, event_data=event_data)
+        joined = http.post(url + "gradio_api/queue/join", content=json.dumps(body),   # NaN and Infinity as sent
+                           headers={"content-type": "application/json"})
+        joined.raise_for_status()
+        with http.stream("GET", url + "gradio_api/queue/data", params=dict(session_hash=session_hash)) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    msg = json.loads(line[5:])
+                    if msg.get("msg") == "process_completed":
+                        return msg
+    raise RuntimeError(f"{api_name}: the event stream ended without a result")
