@@ -29,3 +29,19 @@ def tiny_pair(tokenizer):
     return engine.ModelPair("tiny", target, target, small, tokenizer, (16, 16),
                             lambda prompt, grid: data.caption_ids(prompt, 32),
                             tokenizer.neighbours(tokenizer.vocab_size - 1), scales=(2, 4))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run the tests marked slow (minutes each)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes long; skipped unless pytest is given --slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="slow: run with --slow"))
