@@ -396,7 +396,7 @@ def replay(path, show_grid=False):
     try:
         shown = views(state, show_grid)
     except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise gr.Error(f"cannot replay this trace: its steps are malformed ({type(e).__name__}: {e})") from None
+        raise gr.Error(f"cannot replay this trace: its steps are malformed ({type(e).__name__})") from None
     return (state, f"Replayed an uploaded **{trace.method}** trace (seed {trace.seed}); no model ran.",
             files.trace_file(trace), *shown)
 
@@ -421,7 +421,12 @@ def inspect_cell(state, evt: gr.SelectData):
     if not state:
         return "Generate an image first, then click a cell of the proposal."
     trace = state["trace"]
-    x, y = evt.index[:2]
+    try:
+        x, y = (float(v) for v in evt.index[:2])
+    except (TypeError, ValueError):
+        raise gr.Error(f"a cell is picked by its pixel (x, y); got {_short(evt.index)}") from None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        raise gr.Error(f"a cell is picked by its pixel (x, y); got {_short(evt.index)}")
     i, j = render.cell_at(x, y, tuple(trace.grid["target"]))
     return render.cell_details(trace, render.verdict(trace), i, j)
 

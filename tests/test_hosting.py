@@ -117,3 +117,13 @@ def test_an_uploaded_trace_is_read_once_and_removed(client, url):
     msg = call(url, "replay", [dict(path=uploaded, meta={"_type": "gradio.FileData"}), False])
     assert msg["success"] and "no model ran" in msg["output"]["data"][1]
     assert not os.path.exists(uploaded)
+
+
+def test_a_cell_click_from_any_client_is_clamped_or_named(url):
+    session = uuid.uuid4().hex[:11]
+    assert call(url, "generate", [False, *knobs()], session_hash=session)["success"]
+    far = call(url, "inspect_cell", [None], session_hash=session, event_data={"index": [10 ** 9, -5], "value": None})
+    assert far["success"] and "Cell (0, 31)" in far["output"]["data"][0]
+    for index in (["a", None], [math.nan, 1], 7):
+        msg = call(url, "inspect_cell", [None], session_hash=session, event_data={"index": index, "value": None})
+        assert not msg["success"] and "a cell is picked by its pixel" in msg["output"]["error"], (index, msg)
