@@ -86,6 +86,7 @@ def _num(v) -> bool:
 CFG_MAX = 20.0
 TEMPERATURE_MIN, TEMPERATURE_MAX = 0.01, 10.0
 GAMMA_MAX = 16
+WINDOW_MAX = 4096          # a ZipAR window wider than the grid's rows changes nothing
 SJD_WINDOW_MAX = 64
 PROMPT_MAX = 500
 
@@ -125,8 +126,9 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
     _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),
            "scale", f"2 or 4, dividing the {H}x{W} grid", p.scale)
     _check(0 <= p.radius <= max(H, W), "radius", f"in [0, {max(H, W)}]", p.radius)
-    _check(1 <= p.window <= H * W, "window", f"in [1, {H * W}]", p.window)
-    _check(0 <= p.draft_window <= H * W, "draft_window", f"in [0, {H * W}] (0 = serial drafting)", p.draft_window)
+    _check(1 <= p.window <= WINDOW_MAX, "window", f"in [1, {WINDOW_MAX}]", p.window)
+    _check(0 <= p.draft_window <= WINDOW_MAX, "draft_window", f"in [0, {WINDOW_MAX}] (0 = serial drafting)",
+           p.draft_window)
     _check(0 <= p.draft_rows <= H // max(p.scale, 1), "draft_rows", f"in [0, {H // max(p.scale, 1)}] (0 = all rows)",
            p.draft_rows)
     _check(p.upsampler in UPSAMPLERS, "upsampler", f"one of {', '.join(UPSAMPLERS)}", p.upsampler)
