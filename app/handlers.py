@@ -84,7 +84,12 @@ def user_errors(what: str = ""):
     try:
         yield
     except (ParameterError, PromptError, TraceError) as e:
-        raise gr.Error(f"{what}{e}") from None
+        raise gr.Error(_plain(f"{what}{e}")) from None
+
+
+def _plain(text: str) -> str:
+    """A message shown by the page, with any markup a client slipped into it made inert."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _whole(v) -> int:
@@ -160,7 +165,7 @@ def checked(cfg: RunConfig):
         with user_errors():
             engine.context(cfg, pair)
     except (ValueError, OSError) as e:  # bad prompt for the pair, weights unreadable
-        raise gr.Error(str(e)) from None
+        raise gr.Error(_plain(str(e))) from None
     return pair
 
 

@@ -114,10 +114,9 @@ class Limits:
 
 
 def _show(v) -> str:
-    """A value from a file, quoted for a message: at most 40 characters, no markup."""
+    """A value from a file, quoted for a message: at most 40 characters (a page shows it escaped)."""
     s = repr(v)
-    s = s if len(s) <= 40 else s[:37] + "..."
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return s if len(s) <= 40 else s[:37] + "..."
 
 
 def _parse_int(s: str) -> int:

@@ -127,3 +127,9 @@ def test_a_cell_click_from_any_client_is_clamped_or_named(url):
     for index in (["a", None], [math.nan, 1], 7):
         msg = call(url, "inspect_cell", [None], session_hash=session, event_data={"index": index, "value": None})
         assert not msg["success"] and "a cell is picked by its pixel" in msg["output"]["error"], (index, msg)
+
+
+def test_markup_in_a_knob_comes_back_inert(url):
+    msg = call(url, "generate", [False, *knobs(method="<img src=x onerror=alert(1)>")])
+    error = msg["output"]["error"]
+    assert not msg["success"] and "&lt;img" in error and "<img" not in error
