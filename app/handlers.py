@@ -164,6 +164,8 @@ def checked(cfg: RunConfig):
         pair = engine.load_pair(cfg.model)
         with user_errors():
             engine.context(cfg, pair)
+    except gr.Error:
+        raise
     except (ValueError, OSError) as e:  # bad prompt for the pair, weights unreadable
         raise gr.Error(_plain(str(e))) from None
     return pair
