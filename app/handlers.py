@@ -24,6 +24,7 @@ from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
 from core.domain import COLS, ROWS, PromptError, parse_prompt
 from core.evaluate import quality as measured_quality
 from core.methods import registry
+from core.models import hub
 from core.trace import MAX_BYTES, Limits, Trace, TraceError
 
 from . import files, plots, render
@@ -37,13 +38,13 @@ except ImportError:
 
 # the knobs, in the order the UI passes them; names match RunConfig / MethodParams / SamplingConfig fields
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
-         "upsampler", "resample", "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "cfg",
-         "temperature", "top_k", "model")
+         "upsampler", "resample", "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init",
+         "cfg", "temperature", "top_k", "model", "cfg_interval")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
-                 "rejection", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init")
-_SAMPLING_FIELDS = ("cfg", "temperature", "top_k")
+                 "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init")
+_SAMPLING_FIELDS = ("cfg", "temperature", "top_k", "cfg_interval")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
-         "top_k"}
+         "top_k", "cfg_interval"}
 _FLOATS = {"tau", "delta", "cfg", "temperature"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
@@ -60,8 +61,9 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "A few rejection islands": ("A low τ with wide pooling: most proposals pass, and each rejection grows by "
                                 "the radius into a small island that the target resamples.",
                                 dict(tau=0.01, k=16, radius=1)),
-    "Raster rejection": ("The classic rule: after the first rejection everything later in raster order is "
-                         "thrown away. Compare its resample waves with local rejection.",
+    "Raster rejection": ("The classic rule: the proposal is kept up to the first rejection, the target "
+                         "resamples that one token, then the drafter drafts the rest again and the target "
+                         "verifies again, cycle after cycle. Compare its passes with local rejection.",
                          dict(rejection="raster")),
     "Local rejection, no expansion (l = 0)": ("Only the rejected cells themselves are resampled; their "
                                                "neighbours keep the proposal.", dict(radius=0)),
@@ -150,8 +152,9 @@ def _short(v) -> str:
 
 
 def checked(cfg: RunConfig):
-    """The model pair for cfg, after the engine's validation (gr.Error on bad input). Only pairs
-    found on this machine are loaded: a client cannot make the app look for other weights."""
+    """The model pair for cfg, after the engine's validation (gr.Error on bad input). Only the pairs
+    the Model pair menu offers (engine.found_pairs) are loaded: a client cannot make the app look
+    for other weights."""
     found = engine.found_pairs()
     if cfg.model not in found:
         from core.models import llamagen
@@ -187,16 +190,22 @@ def pair_markdown(name: str) -> str:
     lines = [f"**{name}**: {found.get(name, 'weights not found on this machine')}. Prompt: {facts['prompt']}."]
     if name != "embedded":
         lines.append("Quality is measured for the embedded family only (its classifier knows its scenes).")
-    lines.append(f"Found {len(found)} pair(s). Put official LlamaGen checkpoints in the folder named by "
-                 f"`MULO_LLAMAGEN_DIR` (see the README) and restart to list them here.")
+    if hub.on_space():
+        lines.append("On this Space a LlamaGen pair's files download from the Hugging Face hub on its first run, "
+                     "into the Space's cache (persistent storage when the Space has it).")
+    else:
+        lines.append(f"Found {len(found)} pair(s). Put official LlamaGen checkpoints in the folder named by "
+                     f"`MULO_LLAMAGEN_DIR` (see the README) and restart to list them here.")
     return "\n\n".join(lines)
 
 
 def pick_model(name: str):
-    """Knob ranges of the chosen pair (codebook size, scales) and its description."""
+    """Knob ranges of the chosen pair (codebook size, scales), its sampling defaults (LlamaGen: the
+    official settings) and its description."""
     facts = model_facts(name)
-    V, scales = facts["vocab_size"], list(facts["scales"]) or [2]
-    return (gr.update(maximum=V), gr.update(maximum=max(DEFAULTS["lantern_k"], V - 1)),
+    V, scales, s = facts["vocab_size"], list(facts["scales"]) or [2], facts["sampling"]
+    return (gr.update(maximum=V, value=s.top_k), gr.update(value=s.cfg), gr.update(value=s.temperature),
+            gr.update(value=s.cfg_interval), gr.update(maximum=max(DEFAULTS["lantern_k"], V - 1)),
             gr.update(choices=scales, value=scales[0] if DEFAULTS["scale"] not in scales else DEFAULTS["scale"]),
             pair_markdown(name))
 
@@ -309,6 +318,34 @@ def forget(request: gr.Request) -> None:
             _stop_requests.pop(request.session_hash, None)
 
 
+def fetching(name: str):
+    """On a Hugging Face Space, a chosen LlamaGen pair's files come from the hub first: download them
+    into the hub cache on a worker thread, yielding status lines with the progress (gr.Error with
+    the core's message when the hub cannot be reached). Nothing to do elsewhere or once cached."""
+    from core.models import llamagen
+    if not hub.on_space() or name not in llamagen.PAIRS or not llamagen.to_fetch(name):
+        return
+    seen, failed = {}, []
+
+    def work():
+        try:
+            llamagen.fetch_pair(name, progress=lambda f, done, total: seen.update(f=f, done=done, total=total))
+        except Exception as e:  # reported below, on the handler's thread
+            failed.append(e)
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.5)
+        if not seen:
+            yield _live(f"Downloading the **{name}** files from the Hugging Face hub (first use only)…")
+        elif "/" in seen["f"]:  # a whole repository (FLAN-T5-XL): counted in files
+            yield _live(f"Downloading {seen['f']}: {seen['done']} of {seen['total']} files…")
+        else:
+            yield _live(f"Downloading {seen['f']}: {seen['done'] / 2**20:.0f} of {seen['total'] / 2**20:.0f} MiB…")
+    if failed:
+        raise gr.Error(str(failed[0]))
+
+
 @GPU
 def generate(request: gr.Request | None, show_grid, *knobs):
     """Run the method given by the knobs (KNOBS order), streaming its canvas as it fills, then the ar
@@ -318,6 +355,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
         _stop_requests.pop(session, None)
     show_grid = show_grid is True
     run = run_config(*knobs)
+    yield from fetching(run.model)
     pair = checked(run)
     H, W = pair.grid
     draft = (H // run.params.scale, W // run.params.scale) if run.method == "mulo" else None
@@ -532,7 +570,8 @@ def preset(name: str) -> tuple:
         raise gr.Error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     text, overrides = PRESETS[name]
     values = {**DEFAULTS, **overrides}
-    keep = ("prompt", "seed", "model")   # a preset changes how we decode, not what we draw nor with what
+    # a preset changes how we decode, not what we draw, with what, nor the pair's sampling
+    keep = ("prompt", "seed", "model", *_SAMPLING_FIELDS)
     return (*(gr.skip() if k in keep else values[k] for k in KNOBS), f"**{name}.** {text}")
 
 

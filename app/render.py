@@ -84,9 +84,11 @@ def verdict(trace) -> Verdict | None:
             continue
         found = True
         r0, r1 = s["band"]
-        v.pooled[r0:r1] = np.asarray(s["pooled"], dtype=np.float64)
-        v.accepted[r0:r1] = np.asarray(s["accepted"], dtype=bool)
-        v.rejected[r0:r1] = ~v.accepted[r0:r1]
+        pooled = np.asarray(s["pooled"], dtype=np.float64)      # null (NaN): not judged by this pass
+        judged = ~np.isnan(pooled)
+        v.pooled[r0:r1][judged] = pooled[judged]
+        v.accepted[r0:r1][judged] = np.asarray(s["accepted"], dtype=bool)[judged]
+        v.rejected[r0:r1][judged] = ~v.accepted[r0:r1][judged]
         v.resample[r0:r1] = np.asarray(s["resample"], dtype=bool)
         ids = np.asarray(s["islands"], dtype=np.int64)
         v.islands[r0:r1] = np.where(ids > 0, ids + seen, 0)
@@ -158,8 +160,9 @@ def _mark_step(img: np.ndarray, step: dict, shape: tuple[int, int]) -> np.ndarra
         r0, r1 = step["band"]
         acc = np.zeros(shape, bool)
         rej = np.zeros(shape, bool)
-        acc[r0:r1] = np.asarray(step["accepted"], dtype=bool)
-        rej[r0:r1] = ~acc[r0:r1]
+        judged = ~np.isnan(np.asarray(step["pooled"], dtype=np.float64))
+        acc[r0:r1] = np.asarray(step["accepted"], dtype=bool) & judged
+        rej[r0:r1] = ~acc[r0:r1] & judged
         return tint(tint(img, acc, theme.ACCEPTED, 0.35), rej, theme.REJECTED, 0.55)
     mask = np.zeros(shape, bool)
     if step["cells"]:

@@ -6,7 +6,7 @@ import gradio as gr
 import numpy as np
 
 from core import engine
-from core.config import REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
+from core.config import CONTEXT_MODES, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
 from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 from core.trace import MAX_BYTES
@@ -98,7 +98,7 @@ def _knob_inputs(vocab_size: int) -> dict:
     d = h.DEFAULTS
     k = {}
     k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
-                             info="the pairs whose weights are on this machine")
+                             info="the pairs whose weights are on this machine (on a Space: every pair)")
     k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method")
     k["seed"] = gr.Number(d["seed"], precision=0, minimum=0, label="Seed", elem_id="seed")
@@ -112,7 +112,10 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["radius"] = gr.Slider(0, 4, d["radius"], step=1, label="l: expansion radius",
                                 info="neighbours redrawn with each rejected token")
         k["rejection"] = gr.Radio(list(REJECTION_MODES), value=d["rejection"], label="Rejection",
-                                  info="local: only around rejections; raster: everything after the first")
+                                  info="local: only around rejections; raster: resample the first, draft again")
+        k["context"] = gr.Radio(list(CONTEXT_MODES), value=d["context"], label="Context while resampling",
+                                info="exact: rewrite K/V whose context changed; verify: passed tokens keep "
+                                     "the verify pass's K/V (cheaper)")
         k["resample"] = gr.Radio(list(RESAMPLE_MODES), value=d["resample"], label="Resampling",
                                  info="serial: one token per pass; islands: islands in parallel")
         k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")
@@ -132,6 +135,8 @@ def _knob_inputs(vocab_size: int) -> dict:
         k["cfg"] = gr.Slider(1.0, 8.0, d["cfg"], step=0.5, label="CFG scale (1 = no guidance)")
         k["temperature"] = gr.Slider(0.0, 2.0, d["temperature"], step=0.05, label="Temperature (0 = greedy)")
         k["top_k"] = gr.Slider(0, vocab_size, d["top_k"], step=1, label="Top-k (0 = off)")
+        k["cfg_interval"] = gr.Slider(-1, 256, d["cfg_interval"], step=1, label="CFG interval (-1 = every token)",
+                                      info="guidance for tokens 0 to N + 1 only, as LlamaGen's --cfg-interval N")
     return k
 
 
@@ -252,9 +257,10 @@ def build_demo() -> gr.Blocks:
         sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
                         concurrency_id="model", concurrency_limit=1, preprocess=False)
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
-        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["lantern_k"], knobs["scale"],
-                                                              pair_info], api_visibility="private",
-                               preprocess=False)
+        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
+                                                              knobs["cfg_interval"], knobs["lantern_k"],
+                                                              knobs["scale"], pair_info], api_visibility="private",
+                              preprocess=False)
         link_btn.click(h.share_link, knob_list, link, api_visibility="private")
         demo.load(h.from_query, None, knob_list, api_visibility="private")
         demo.unload(h.forget)

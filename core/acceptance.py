@@ -5,7 +5,7 @@
 - exact (speculative sampling): accept with min(1, p/q); residual normalize(max(0, p - q)).
 - relaxed (LANTERN): p moved from the draft token's nearest neighbours (within a total-variation
   budget delta) onto the draft token, then the exact test.
-All probabilities are float32 rows of the processed distribution.
+All probabilities are float32 rows of the processed distribution; pooled mass is summed in float64.
 """
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ import torch
 
 
 def pooled_mass(p: torch.Tensor, proposal: torch.Tensor, neighbours: torch.Tensor, k: int) -> torch.Tensor:
-    """p (T, V), proposal (T,), neighbours (V, K>=k) -> (T,) mass on B_k = proposal + its k nearest codes."""
+    """p (T, V), proposal (T,), neighbours (V, K>=k) -> (T,) float64 share of p's mass on B_k = the
+    proposal and its k nearest codes. Computed as 1 - (mass outside B_k) / (total mass) in float64, so
+    that a B_k holding all of p's support gives exactly 1 (tau = 1 then passes)."""
     idx = proposal[:, None] if k == 0 else torch.cat([proposal[:, None], neighbours[proposal, :k]], dim=1)
-    return p.float().gather(1, idx).sum(1)
+    p64 = p.double()
+    inside = torch.zeros_like(p64, dtype=torch.bool).scatter_(1, idx, True)
+    return 1.0 - p64.masked_fill(inside, 0.0).sum(1) / p64.sum(1)
 
 
 def threshold_accept(pooled: torch.Tensor, tau: float) -> torch.Tensor:

@@ -32,7 +32,7 @@ def parse_spec(spec: str, base: RunConfig) -> tuple[str, RunConfig]:
         key, value = kv.split("=", 1)
         key = key.replace("-", "_")
         if key in _SAMPLING_FIELDS:
-            sampling[key] = float(value) if key != "top_k" else int(value)
+            sampling[key] = int(value) if key in ("top_k", "cfg_interval") else float(value)
         elif key in _PARAM_TYPES:
             typ = _PARAM_TYPES[key]
             params[key] = int(value) if typ in (int, "int") else float(value) if typ in (float, "float") else value
@@ -67,7 +67,8 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
             phase_ms = {p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES}
             rows[label].append(dict(target_nfe=tr.totals["target_nfe"], drafter_nfe=tr.totals["drafter_nfe"],
                                     wall_ms=wall, passed=tr.totals["passed_fraction"],
-                                    kept=tr.totals["kept_fraction"], phase_ms=phase_ms))
+                                    kept=tr.totals["kept_fraction"], phase_ms=phase_ms,
+                                    target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target")))
             images[label].append(engine.decode_image(tr.tokens, pair.tokenizer))
             done += 1
             progress(done, total, label)
@@ -87,6 +88,7 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
             wall_speedup=float(ar_wall / np.mean([r["wall_ms"] for r in rs])),
             target_nfe_speedup=float(ar_nfe / np.mean([r["target_nfe"] for r in rs])),
             passed=_mean_or_none([r["passed"] for r in rs]), kept=_mean_or_none([r["kept"] for r in rs]),
+            fed_per_pass=float(np.sum([r["target_fed"] for r in rs]) / max(np.sum([r["target_nfe"] for r in rs]), 1)),
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
             adherence=q["adherence"], frechet=q["frechet"])
     return dict(prompts=n_prompts, seed=seed, specs=[label for label, _ in configs], summary=summary)
@@ -100,7 +102,7 @@ def _mean_or_none(xs: list) -> float | None:
 def table(result: dict) -> str:
     """Headline first: sequential passes (target + drafter) and wall-clock, each as a ratio to ar."""
     head = (f"{'method':<34}{'passes':>7}{'pass x':>7}{'wall s':>8}{'wall x':>7}{'tgt NFE':>8}{'drf NFE':>8}"
-            f"{'tgt x':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
+            f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
             f"({'/'.join(p[:6] for p in PHASES)})")
     lines = [head, "-" * len(head)]
     frac = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
@@ -108,6 +110,6 @@ def table(result: dict) -> str:
         ph = "/".join(f"{s['phase_ms'][p]:.0f}" for p in PHASES)
         lines.append(f"{label:<34}{s['passes']:>7.0f}{s['passes_speedup']:>7.2f}{s['wall_ms'] / 1000:>8.2f}"
                      f"{s['wall_speedup']:>7.2f}{s['target_nfe']:>8.0f}{s['drafter_nfe']:>8.0f}"
-                     f"{s['target_nfe_speedup']:>7.2f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
+                     f"{s['target_nfe_speedup']:>7.2f}{s['fed_per_pass']:>7.1f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
                      f"{s['adherence']:>7.3f}{s['frechet']:>7.2f}  {ph}")
     return "\n".join(lines)

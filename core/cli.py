@@ -78,9 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_run_args(p: argparse.ArgumentParser, method_choices) -> None:
-    from .config import MethodParams, SamplingConfig
-    m, s = MethodParams(), SamplingConfig()
+def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
+    """Run knobs; the sampling defaults are those of the chosen model pair (LlamaGen: its official settings)."""
+    from . import engine
+    from .config import MethodParams
+    m, s = MethodParams(), engine.pair_facts(model)["sampling"]
+    p.add_argument("--model", default=model, choices=list(engine.pair_loaders()),
+                   help="model pair; sets the sampling defaults below (default: %(default)s)")
     p.add_argument("--prompt", default="a large red circle center on a striped blue background")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--k", type=int, default=m.k, help="codebook neighbours pooled (mulo)")
@@ -93,15 +97,18 @@ def _add_run_args(p: argparse.ArgumentParser, method_choices) -> None:
     p.add_argument("--upsampler", default=m.upsampler, help="pixel | nearest")
     p.add_argument("--resample", default=m.resample, help="serial | islands")
     p.add_argument("--rejection", default=m.rejection, help="local | raster")
+    p.add_argument("--context", default=m.context, help="exact | verify: what resampling reads (mulo)")
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, lantern)")
     p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern)")
     p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern)")
     p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd)")
     p.add_argument("--sjd-init", default=m.sjd_init, help="random | repeat (sjd)")
-    p.add_argument("--cfg", type=float, default=s.cfg, help="classifier-free guidance scale")
-    p.add_argument("--temperature", type=float, default=s.temperature)
-    p.add_argument("--top-k", type=int, default=s.top_k)
-    p.add_argument("--top-p", type=float, default=s.top_p)
+    p.add_argument("--cfg", type=float, default=s.cfg, help="classifier-free guidance scale (default: %(default)s)")
+    p.add_argument("--cfg-interval", type=int, default=s.cfg_interval,
+                   help="guide cells 0..N+1 only, as LlamaGen's --cfg-interval N (default: %(default)s = every cell)")
+    p.add_argument("--temperature", type=float, default=s.temperature, help="0 = greedy (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=s.top_k, help="0 = off (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=s.top_p, help="nucleus mass kept (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0)
 
 
@@ -109,10 +116,12 @@ def run_config(args, method: str):
     from .config import MethodParams, RunConfig, SamplingConfig
     params = MethodParams(k=args.k, tau=args.tau, scale=args.scale, radius=args.radius, window=args.window,
                           draft_window=args.draft_window, draft_rows=args.draft_rows, upsampler=args.upsampler,
-                          resample=args.resample, rejection=args.rejection, gamma=args.gamma, delta=args.delta,
+                          resample=args.resample, rejection=args.rejection, context=args.context, gamma=args.gamma, delta=args.delta,
                           lantern_k=args.lantern_k, sjd_window=args.sjd_window, sjd_init=args.sjd_init)
-    sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params)
+    sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                              cfg_interval=args.cfg_interval)
+    return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params,
+                     model=args.model)
 
 
 class UsageError(ValueError):
@@ -256,11 +265,11 @@ def _evaluate(args) -> int:
     return 0
 
 
-def _extend(p: argparse.ArgumentParser) -> None:
+def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     g = sub.add_parser("generate", help="generate one image and its Trace")
     g.add_argument("--method", default="mulo")
-    _add_run_args(g, None)
+    _add_run_args(g, model)
     g.add_argument("--out", default="img.png")
     g.add_argument("--trace", default=None, help="write the Trace JSON here")
     g.set_defaults(func=_generate)
@@ -268,7 +277,7 @@ def _extend(p: argparse.ArgumentParser) -> None:
     b.add_argument("--methods", default="ar,zipar,mulo",
                    help="comma-separated specs, each name[:param=value...], e.g. mulo:scale=4:tau=0.05")
     b.add_argument("--prompts", type=int, default=20)
-    _add_run_args(b, None)
+    _add_run_args(b, model)
     b.add_argument("--json", default=None, help="write the full result here")
     b.set_defaults(func=_bench)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
@@ -298,13 +307,23 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt  # SIGTERM ends a command the way Ctrl-C does
 
 
+def _chosen_model(argv: list[str] | None) -> str:
+    """The --model of the command line, read first: its pair decides the sampling defaults (and --help shows them)."""
+    from . import engine
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model", default="embedded")
+    model = pre.parse_known_args(argv)[0].model
+    return model if model in engine.pair_loaders() else "embedded"  # an unknown name fails in the full parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    _extend(parser)
+    _extend(parser, _chosen_model(argv))
     args = parser.parse_args(argv)
     from .config import ParameterError
     from .domain import PromptError
     from .family import AssetError
+    from .models.llamagen import UnsafeCheckpoint
     from .train import CheckpointError
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
@@ -312,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "threads", 0) < 0:
             raise UsageError(f"--threads must be 0 (torch's default) or more; got {args.threads}")
         return args.func(args)
-    except (ParameterError, PromptError, AssetError, CheckpointError, UsageError, FileNotFoundError) as e:
+    except (ParameterError, PromptError, AssetError, CheckpointError, UnsafeCheckpoint, UsageError,
+            FileNotFoundError) as e:
         sys.stderr.write(f"error: {e}\n")  # bad input: one clear line
         return 2
     except OSError as e:  # a disk that filled or went away while writing

@@ -12,6 +12,7 @@ METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd")
 UPSAMPLERS = ("pixel", "nearest")
 RESAMPLE_MODES = ("serial", "islands")
 REJECTION_MODES = ("local", "raster")
+CONTEXT_MODES = ("exact", "verify")
 SJD_INITS = ("random", "repeat")
 
 
@@ -25,6 +26,7 @@ class SamplingConfig:
     temperature: float = 1.0    # 0 = greedy
     top_k: int = 0              # keep the k most likely tokens (0 = all)
     top_p: float = 1.0          # nucleus mass kept (1 = all)
+    cfg_interval: int = -1      # guide cells 0..cfg_interval+1 only, as LlamaGen's --cfg-interval (-1 = all)
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class MethodParams:
     draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)
     upsampler: str = "pixel"    # mulo: pixel | nearest
     resample: str = "islands"   # mulo: serial | islands
-    rejection: str = "local"    # mulo: local (expansion) | raster (discard the suffix from t0)
+    rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
+    context: str = "exact"      # mulo: exact (rewrite changed K/V before reading) | verify (keep verify-time K/V)
     gamma: int = 4              # sd/lantern: tokens drafted per cycle
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
     lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
@@ -96,9 +99,9 @@ def _check_types(run: RunConfig) -> None:
     p, s = run.params, run.sampling
     for name, v in (("method", run.method), ("prompt", run.prompt), ("model", run.model),
                     ("upsampler", p.upsampler), ("resample", p.resample), ("rejection", p.rejection),
-                    ("sjd_init", p.sjd_init)):
+                    ("sjd_init", p.sjd_init), ("context", p.context)):
         _check(isinstance(v, str), name, "text", v)
-    for name, v in (("seed", run.seed), ("top_k", s.top_k), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
+    for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
                     ("window", p.window), ("draft_window", p.draft_window), ("draft_rows", p.draft_rows),
                     ("gamma", p.gamma), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window)):
         _check(_int(v), name, "an integer", v)
@@ -121,6 +124,7 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
            f"0 (greedy) or in [{TEMPERATURE_MIN:g}, {TEMPERATURE_MAX:g}]", s.temperature)
     _check(0 <= s.top_k <= vocab_size, "top_k", f"in [0, {vocab_size}] (0 = off)", s.top_k)
     _check(0.0 < s.top_p <= 1.0, "top_p", "in (0, 1]", s.top_p)
+    _check(s.cfg_interval >= -1, "cfg_interval", "an integer >= -1 (-1 = always)", s.cfg_interval)
     _check(0 <= p.k < vocab_size, "k", f"in [0, {vocab_size - 1}]", p.k)
     _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
     _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),
@@ -134,6 +138,7 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
     _check(p.upsampler in UPSAMPLERS, "upsampler", f"one of {', '.join(UPSAMPLERS)}", p.upsampler)
     _check(p.resample in RESAMPLE_MODES, "resample", f"one of {', '.join(RESAMPLE_MODES)}", p.resample)
     _check(p.rejection in REJECTION_MODES, "rejection", f"one of {', '.join(REJECTION_MODES)}", p.rejection)
+    _check(p.context in CONTEXT_MODES, "context", f"one of {', '.join(CONTEXT_MODES)}", p.context)
     _check(1 <= p.gamma <= GAMMA_MAX, "gamma", f"in [1, {GAMMA_MAX}]", p.gamma)
     _check(0.0 <= p.delta <= 1.0, "delta", "in [0, 1]", p.delta)
     _check(0 <= p.lantern_k <= 2 ** 31, "lantern_k", ">= 0 (capped at the codebook size)", p.lantern_k)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import data
-from .config import ParameterError, RunConfig, validate
+from .config import ParameterError, RunConfig, SamplingConfig, validate
 from .decoding import MethodContext
 from .domain import canonical_prompt
 from .methods import registry
@@ -69,12 +69,12 @@ def found_pairs() -> dict[str, str]:
 
 
 def pair_facts(name: str) -> dict:
-    """Codebook size, mulo scales and prompt kind of a pair, without loading it."""
+    """Codebook size, mulo scales, default sampling and prompt kind of a pair, without loading it."""
     from . import family
     from .models import llamagen
     if name == "embedded":
         vocab = family.read_manifest()["models"]["tokenizer"]["config"]["codebook_size"]
-        return dict(vocab_size=vocab, scales=(2, 4), prompt="the domain's words (sizes, colours, shapes, places, "
+        return dict(vocab_size=vocab, scales=(2, 4), sampling=SamplingConfig(), prompt="the domain's words (sizes, colours, shapes, places, "
                                                             "backgrounds)")
     if name in llamagen.PAIRS:
         return llamagen.pair_facts(name)
@@ -99,6 +99,9 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
     if run.method == "mulo" and run.params.scale not in pair.scales:
         raise ParameterError(f"scale must be one of {', '.join(map(str, pair.scales))} for the {pair.name} "
                              f"model pair; got {run.params.scale}")
+    if run.method == "mulo" and run.params.k > pair.neighbours.shape[1]:
+        raise ParameterError(f"k must be at most {pair.neighbours.shape[1]} for the {pair.name} model pair (its "
+                             f"codebook neighbour table holds {pair.neighbours.shape[1]} per code); got {run.params.k}")
     pair.caption(run.prompt, pair.grid)  # unknown words fail here, before any model runs
     gen = torch.Generator(device="cpu").manual_seed(run.seed)
     drafter = pair.multiscale if run.method == "mulo" else pair.small

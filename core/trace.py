@@ -263,9 +263,10 @@ def _validate_steps(steps, target: tuple[int, int], draft: tuple[int, int] | Non
         for key in ("resampled", "bonus"):
             if s.get(key) is not None and not cell(s[key]):
                 raise TraceError(f"step {n}: {key} must be null or a cell [i, j] inside the {h}x{w} grid")
-        for key in ("wave", "rejected", "n_islands", "refreshed"):
-            if key in s and not _is_int(s[key], 0, cells_total):
-                raise TraceError(f"step {n}: {key} must be an integer in [0, {cells_total}]")
+        for key, most in (("wave", cells_total), ("rejected", cells_total), ("n_islands", cells_total),
+                          ("refreshed", cells_total), ("fed", 4 * cells_total)):
+            if key in s and not _is_int(s[key], 0, most):
+                raise TraceError(f"step {n}: {key} must be an integer in [0, {most}]")
         if "prob" in s and not (isinstance(s["prob"], list) and all(_is_num(p) for p in s["prob"])):
             raise TraceError(f"step {n}: prob must be a list of numbers")
         if "band" in s:
@@ -281,8 +282,8 @@ def _validate_band(n: int, s: dict, H: int, W: int) -> None:
     if s["phase"] != "verify" or not (_pair(band, 0, H) and band[0] < band[1]):
         raise TraceError(f"step {n}: band must be rows [r0, r1) of a verify step, 0 <= r0 < r1 <= {H}")
     rows = band[1] - band[0]
-    checks = (("pooled", lambda v: _is_num(v, 0.0, 1.0 + 1e-3), "numbers in [0, 1]"),
-              ("accepted", lambda v: isinstance(v, bool), "true / false"),
+    checks = (("pooled", lambda v: v is None or _is_num(v, 0.0, 1.0 + 1e-3), "numbers in [0, 1] (null: not judged)"),
+              ("accepted", lambda v: v is None or isinstance(v, bool), "true / false (null: not judged)"),
               ("resample", lambda v: isinstance(v, bool), "true / false"),
               ("islands", lambda v: _is_int(v, 0, H * W), f"island ids in [0, {H * W}]"))
     for key, ok, what in checks:

@@ -65,7 +65,7 @@ def main() -> None:
 
     from core import engine
     from core.bench import parse_spec
-    from core.config import RunConfig, SamplingConfig
+    from core.config import RunConfig
     from core.decoding import Decoder, predict
     from core.models import llamagen as lg
     from core.models.gpt import GPT
@@ -85,7 +85,7 @@ def main() -> None:
           + ("  (sd/lantern use the 16x16 drafter's weights at 32x32: same capacity)" if needs_small else ""))
 
     # 1. methods, side by side (ar first: the reference)
-    base = RunConfig(prompt="a random caption", sampling=SamplingConfig(cfg=7.5, top_k=1000), model=pair.name)
+    base = RunConfig(prompt="a random caption", sampling=lg.SAMPLING["t2i"], model=pair.name)
     specs = args.specs if any(s.split(":")[0] == "ar" for s in args.specs) else ["ar", *args.specs]
     configs = [parse_spec(s, base) for s in specs]
     engine.run(configs[0][1], pair)  # warm-up: kernels, allocator, RoPE tables

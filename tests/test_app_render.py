@@ -300,10 +300,15 @@ def test_the_model_picker_lists_the_pairs_whose_weights_are_here(tmp_path, monke
     assert list(engine.found_pairs()) == ["embedded", "llamagen-c2i-B-256"]  # t2i still lacks its T5
     (tmp_path / "t5-ckpt" / "flan-t5-xl").mkdir(parents=True)
     assert list(engine.found_pairs()) == ["embedded", "llamagen-t2i", "llamagen-c2i-B-256"]
-    top_k, lantern_k, scale, info = h.pick_model("llamagen-t2i")
+    top_k, cfg, temperature, interval, lantern_k, scale, info = h.pick_model("llamagen-t2i")
     assert top_k["maximum"] == 16384 and scale["choices"] == [2] and "FLAN-T5-XL" in info
-    top_k, _, scale, info = h.pick_model("embedded")
+    # LlamaGen's official sampling: CFG 7.5 and top-k 1000 for t2i, CFG 4 and top-k 2000 for c2i
+    assert (cfg["value"], top_k["value"], temperature["value"], interval["value"]) == (7.5, 1000, 1.0, -1)
+    top_k, cfg, *_ = h.pick_model("llamagen-c2i-B-256")
+    assert (cfg["value"], top_k["value"]) == (4.0, 2000)
+    top_k, cfg, _, _, _, scale, info = h.pick_model("embedded")
     assert top_k["maximum"] == 512 and scale["choices"] == [2, 4] and "Found 3 pair(s)" in info
+    assert (cfg["value"], top_k["value"]) == (h.DEFAULTS["cfg"], h.DEFAULTS["top_k"])
 
 
 def test_a_picked_pair_without_its_weights_is_a_gr_error_naming_the_files(tmp_path, monkeypatch):

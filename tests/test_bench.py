@@ -29,3 +29,8 @@ def test_bench_reports_speed_beside_quality_against_ar():
     for s in (ar, mulo):
         assert 0.0 <= s["adherence"] <= 1.0 and "frechet" in s and set(s["phase_ms"]) >= {"draft", "verify", "resample"}
     assert "pass x" in bench.table(result) and "wall x" in bench.table(result)
+
+
+def test_a_method_spec_sets_cfg_interval_as_an_integer():
+    _, cfg = bench.parse_spec("ar:cfg_interval=10", RunConfig())
+    assert cfg.sampling.cfg_interval == 10 and isinstance(cfg.sampling.cfg_interval, int)

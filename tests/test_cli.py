@@ -29,3 +29,19 @@ def test_generate_writes_the_image_and_a_readable_trace(tmp_path):
                  "--trace", str(trace)]) == 0
     d = json.loads(trace.read_text())
     assert out.stat().st_size > 0 and d["schema"] == "mulo-trace/2" and d["grid"] == {"target": [32, 32], "draft": [8, 8]}
+
+
+@pytest.mark.parametrize("model, cfg, top_k", [("llamagen-c2i-B-256", "4.0", "2000"), ("llamagen-t2i", "7.5", "1000"),
+                                               ("embedded", "3.0", "0")])
+def test_generate_help_shows_the_sampling_defaults_of_the_chosen_pair(capsys, model, cfg, top_k):
+    with pytest.raises(SystemExit):
+        main(["generate", "--model", model, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"guidance scale (default: {cfg})" in text and f"--top-k TOP_K 0 = off (default: {top_k})" in text
+    assert "--cfg-interval" in text and "(default: -1 = every cell)" in text
+
+
+def test_a_bad_cfg_interval_stops_generate_naming_the_knob(tmp_path, capsys):
+    code = main(["generate", "--method", "ar", "--cfg-interval", "-2", "--out", str(tmp_path / "x.png")])
+    assert code == 2 and capsys.readouterr().err.startswith("error: cfg_interval must be")
+    assert not (tmp_path / "x.png").exists()

@@ -62,14 +62,34 @@ def test_the_resample_mask_follows_the_expansion_rule(tiny_pair, radius):
         assert np.array_equal(np.array(s["resample"]), _expansion_by_definition(rejected, radius))
 
 
-def test_raster_rejection_discards_the_whole_suffix(tiny_pair):
-    t = run(tiny_pair, tau=TAU_SOME, rejection="raster")
-    for s in verify_steps(t):
-        flat_rej = ~np.array(s["accepted"]).reshape(-1)
-        assert flat_rej.any()
-        t0 = int(np.flatnonzero(flat_rej)[0])
-        res = np.array(s["resample"]).reshape(-1)
-        assert not res[:t0].any() and res[t0:].all()
+def test_raster_rejection_redrafts_and_reverifies_after_every_rejection(tiny_pair):
+    """The classic rule: keep the prefix before t0, resample t0, draft again, verify again from t0 + 1."""
+    t = run(tiny_pair, tau=0.0070, rejection="raster", draft_rows=2)    # bands of 4 target rows
+    H, W = t.grid["target"]
+    band_ends = {(i * W + W - 1) for i in range(3, H, 4)}
+    proposal, committed = np.full(H * W, -1), np.full(H * W, -1)
+    cycles, after_rejection = 0, None
+    for s in t.steps:
+        cells = [i * W + j for i, j in s["cells"]]
+        if s["phase"] == "upsample":
+            proposal[cells] = s["tokens"]
+        if after_rejection is not None and s["model"] is not None:
+            assert s["phase"] == "draft", "the drafter runs again before the next verify pass"
+            after_rejection = None
+        if s["phase"] == "verify":
+            verdict = np.array(s["accepted"], dtype=object).reshape(-1)[cells[0] - s["band"][0] * W:]
+            assert None not in verdict.tolist() and (committed[:cells[0]] != -1).all()  # judged from t0 + 1 on
+            fails = np.flatnonzero(~verdict.astype(bool))
+            t0 = cells[0] + (int(fails[0]) if len(fails) else len(cells))
+            committed[cells[0]:t0] = proposal[cells[0]:t0]
+        if s["phase"] == "resample":
+            assert s["nfe"] == 0 and len(cells) == 1              # t0 from the verify pass's distribution
+            committed[cells[0]] = s["tokens"][0]
+            cycles += 1
+            after_rejection = None if cells[0] in band_ends else cells[0]
+    assert cycles >= 3
+    assert t.totals["target_nfe"] >= cycles + 1
+    assert np.array_equal(committed, np.array(t.tokens).reshape(-1))  # what was committed never changed
 
 
 def test_islands_are_the_8_connected_components_of_the_resample_mask(tiny_pair):
@@ -175,3 +195,18 @@ def test_bad_parameters_name_the_parameter_and_its_range(tiny_pair, params, name
 def test_an_unknown_prompt_word_is_refused_before_any_work(tiny_pair):
     with pytest.raises(PromptError, match="'unicorn'"):
         engine.run(RunConfig(method="ar", prompt="a red unicorn center on a striped blue background"), tiny_pair)
+
+
+def test_a_schema_1_trace_is_read_with_passed_and_kept_recounted(tiny_pair):
+    """/1 files had one accepted_fraction: mulo's meant kept (outside R_X); the passed share comes back
+    from the verify steps' verdicts."""
+    t = run(tiny_pair, tau=TAU_SOME)
+    d = json.loads(t.to_json())
+    d["schema"] = "mulo-trace/1"
+    d["totals"]["accepted_fraction"] = d["totals"].pop("kept_fraction")
+    del d["totals"]["passed_fraction"]
+    old = Trace.from_dict(d)
+    assert old.schema == "mulo-trace/2"
+    assert old.totals["kept_fraction"] == t.totals["kept_fraction"]
+    assert old.totals["passed_fraction"] == pytest.approx(t.totals["passed_fraction"])
+    assert t.totals["passed_fraction"] != t.totals["kept_fraction"]  # two quantities, two words

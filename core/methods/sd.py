@@ -49,7 +49,7 @@ def speculate(ctx: MethodContext, relax: Relax):
             if target.p0 is None:
                 target.prefill()
             judged = list(range(t, min(t + g + 1, N)))
-            p = predict(target, judged, scratch, refresh=target.stale(final, range(t)))  # (len(judged), V)
+            p = predict(target, judged, scratch)                              # (len(judged), V)
             p_relaxed = relax(p[:g], drafts)
             prob = exact_accept_prob(p_relaxed[torch.arange(g), drafts], q[torch.arange(g), drafts])
             accepted, out = [], []
@@ -70,7 +70,8 @@ def speculate(ctx: MethodContext, relax: Relax):
         drafted_total += g
         accepted_total += sum(accepted)
         yield Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(cells, W), out, dict(
-            judged=cells_of(range(t, t + g), W), accepted=accepted, prob=[round(float(x), 6) for x in prob[:len(accepted)]],
+            fed=f["fed"], judged=cells_of(range(t, t + g), W), accepted=accepted,
+            prob=[round(float(x), 6) for x in prob[:len(accepted)]],
             resampled=None if all(accepted) else cells_of([t + len(accepted) - 1], W)[0],
             bonus=cells_of([cells[-1]], W)[0] if bonus else None))
         t += len(out)

@@ -50,7 +50,7 @@ def run(ctx: MethodContext):
                 target.prefill()
             forced = final.copy()
             forced[window] = guesses[window]
-            p = predict(target, window, forced, refresh=target.stale(final, range(t)))   # (len(window), V)
+            p = predict(target, window, forced)                                     # (len(window), V)
             accepted, out, probs = [], [], []
             for n, c in enumerate(window):
                 x = int(guesses[c])
@@ -76,7 +76,7 @@ def run(ctx: MethodContext):
         judged_total += len(accepted)
         accepted_total += sum(accepted)
         yield Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(cells, W), out, dict(
-            judged=cells_of(window, W), accepted=accepted, prob=probs,
+            fed=f["fed"], judged=cells_of(window, W), accepted=accepted, prob=probs,
             resampled=None if all(accepted) else cells_of([cells[-1]], W)[0]))
         t += len(out)
     return Result(tokens=final.reshape(H, W), passed_fraction=accepted_total / max(judged_total, 1),

@@ -7,7 +7,8 @@ and the engine.ModelPair of a pair: t2i stage-2 (32x32) target with the stage-1 
 one c2i model at its grid (with GPT-B at the same grid as the small drafter of a larger model).
 
 Nothing here touches the network unless asked: weights come from `weights_dir`, else the folder named
-by MULO_LLAMAGEN_DIR, else ./pretrained_models; the Hugging Face hub is tried only with hub=True.
+by MULO_LLAMAGEN_DIR, else ./pretrained_models; with hub=True (the default on a Hugging Face Space)
+files absent there come from the hub cache, downloaded into it when needed (see hub.py).
 It does not know decoding methods; the LlamaGen quirks that decide logits (zero RoPE on the prefix,
 bias-free caption MLP, null class row) are GPTConfig options, the VQ's attention levels a VQConfig one.
 """
@@ -15,20 +16,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-from urllib.parse import unquote_plus
 
 import torch
 
+from ..config import SamplingConfig
+from . import hub as hf
+from .caption_text import clean_caption
 from .gpt import GPT, GPTConfig
 from .vq import VQConfig, VQModel
 
 ENV_DIR = "MULO_LLAMAGEN_DIR"
 DEFAULT_DIR = Path("pretrained_models")
 T5_LEN, T5_DIM = 120, 2048          # caption tokens P and FLAN-T5-XL width
+T5_REPO = "google/flan-t5-xl"       # where the hub serves FLAN-T5-XL, and the files read from it
+T5_FILES = ["*.json", "spiece.model", "*.safetensors"]
 NUM_CLASSES = 1000                  # ImageNet classes of the c2i models
 NEIGHBOURS = 1000                   # codebook neighbours kept per code (LANTERN's default k)
 # entries of official state dicts that are not weights: codebook usage statistics, derived tables
@@ -52,6 +57,11 @@ def gpt_config(size: str, kind: str = "t2i") -> GPTConfig:
     if kind == "c2i":
         return GPTConfig(**common, prefix_len=1, num_classes=NUM_CLASSES)
     raise ValueError(f"unknown LlamaGen model kind {kind!r}; available: t2i, c2i")
+
+
+# the official sampling settings (sample_t2i.py, sample_c2i.py): temperature 1, top-p 1, CFG on every token
+SAMPLING = {"t2i": SamplingConfig(cfg=7.5, temperature=1.0, top_k=1000, top_p=1.0),
+            "c2i": SamplingConfig(cfg=4.0, temperature=1.0, top_k=2000, top_p=1.0)}
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,14 @@ for _k, _c in CHECKPOINTS.items():
         PAIRS[f"llamagen-c2i-{_c.size}-{_c.grid * 16}"] = PairSpec(_k, "vq_ds16_c2i", small=_small)
 
 
+# the only classes a checkpoint may pickle: the training scripts save their argparse arguments beside the weights
+ALLOWED_GLOBALS = (argparse.Namespace,)
+
+
+class UnsafeCheckpoint(ValueError):
+    """A .pt file that pickles classes beyond ALLOWED_GLOBALS; the message names them."""
+
+
 class MissingWeights(FileNotFoundError):
     """Official files absent from the weights folder; the message names them and where to put them."""
 
@@ -106,25 +124,26 @@ def _local(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _from_hub(name: str, folder: Path) -> Path:
-    ck = CHECKPOINTS[name]
+def _from_hub(repo: str, file: str, folder: Path, progress: hf.Progress | None = None, patterns=None) -> Path:
+    """A hub file (or, with patterns, a snapshot folder) from the hub cache, downloaded when absent."""
     try:
-        from huggingface_hub import hf_hub_download
+        return hf.snapshot(repo, patterns, progress) if patterns else hf.download(repo, file, progress)
     except ImportError as e:
-        raise MissingWeights(f"{ck.file} is not in {folder} and huggingface_hub is not installed") from e
-    try:
-        return Path(hf_hub_download(ck.hub_repo, ck.file, local_dir=folder))
+        raise MissingWeights(f"{file} is not in {folder} and huggingface_hub is not installed") from e
     except Exception as e:  # offline, unknown host, HTTP error: one message for all
-        raise MissingWeights(f"could not fetch {ck.file} from the Hugging Face hub ({ck.hub_repo}): "
+        raise MissingWeights(f"could not fetch {file} from the Hugging Face hub ({repo}): "
                              f"{type(e).__name__}. Offline? Put the file in {folder} instead.") from e
 
 
-def locate(names: list[str], weights_dir: str | Path | None = None, hub: bool = False) -> dict[str, Path]:
-    """Paths of the named checkpoints; raises MissingWeights naming every absent file at once."""
+def locate(names: list[str], weights_dir: str | Path | None = None, hub: bool = False,
+           progress: hf.Progress | None = None) -> dict[str, Path]:
+    """Paths of the named checkpoints; raises MissingWeights naming every absent file at once.
+    hub: take files absent from the folder from the hub cache, downloading them (progress: see hub.py)."""
     folder = weights_folder(weights_dir)
     found = {n: _local(folder, n) for n in names}
     if hub:
-        found = {n: p or _from_hub(n, folder) for n, p in found.items()}
+        found = {n: p or _from_hub(CHECKPOINTS[n].hub_repo, CHECKPOINTS[n].file, folder, progress)
+                 for n, p in found.items()}
     missing = [n for n, p in found.items() if p is None]
     if missing:
         lines = "\n".join(f"  {CHECKPOINTS[n].file}  (https://huggingface.co/{CHECKPOINTS[n].hub_repo}/"
@@ -142,8 +161,17 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
         return load_file(str(path))
-    with torch.serialization.safe_globals([argparse.Namespace]):  # training args saved beside the weights
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    try:
+        with torch.serialization.safe_globals(list(ALLOWED_GLOBALS)):
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        found = [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+                 if g not in {f"{c.__module__}.{c.__qualname__}" for c in ALLOWED_GLOBALS}]
+        raise UnsafeCheckpoint(
+            f"{path} pickles {', '.join(found) or 'objects'} beside its weights; only "
+            f"{', '.join(f'{c.__module__}.{c.__qualname__}' for c in ALLOWED_GLOBALS)} is read, since unpickling "
+            f"anything else can run code. If you trust the file, save its weights alone (the 'model' entry, or "
+            f"as .safetensors) and load that.") from e
     for key in ("model", "module", "state_dict"):
         if key in obj:
             return obj[key]
@@ -181,11 +209,8 @@ def build(name: str, state: dict[str, torch.Tensor] | None = None) -> torch.nn.M
 
 # ---- captions ------------------------------------------------------------------------------------
 def clean_prompt(text: str) -> str:
-    """The core of LlamaGen's clean_caption for plain prompts: unquote, lower-case, space after
-    punctuation, collapse whitespace. Its URL/HTML/markup scrubbing is not reproduced."""
-    text = unquote_plus(str(text)).strip().lower()
-    text = re.sub(r"(\D[,\./])\b", r"\1 ", text)
-    return re.sub(r"\s+", " ", text).strip()
+    """The prompt as LlamaGen's T5 preprocessing leaves it (see caption_text for the rules)."""
+    return clean_caption(text)
 
 
 def left_pad(feats: torch.Tensor, n_valid: int | None = None, length: int = T5_LEN) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,13 +287,20 @@ def t5_folder(weights_dir=None) -> Path:
     return Path(os.environ.get("MULO_T5_DIR") or weights_folder(weights_dir) / "t5-ckpt" / "flan-t5-xl")
 
 
-def _default_captions(weights_dir) -> Callable:
-    """T5 features from a FLAN-T5-XL folder (MULO_T5_DIR, else <weights>/t5-ckpt/flan-t5-xl)."""
+def _t5_path(weights_dir, hub: bool = False, progress: hf.Progress | None = None) -> Path:
     path = t5_folder(weights_dir)
-    if not path.exists():
-        raise MissingWeights(f"FLAN-T5-XL not found at {path}: put the google/flan-t5-xl files there, set "
-                             f"MULO_T5_DIR, or pass captions=FeatureCaptions(path) with precomputed features")
-    return T5Captions(path)
+    if path.exists():
+        return path
+    if hub:
+        return _from_hub(T5_REPO, T5_REPO, path, progress, T5_FILES)
+    raise MissingWeights(f"FLAN-T5-XL not found at {path}: put the {T5_REPO} files there, set "
+                         f"MULO_T5_DIR, or pass captions=FeatureCaptions(path) with precomputed features")
+
+
+def _default_captions(weights_dir, device="cpu", hub: bool = False) -> Callable:
+    """T5 features from FLAN-T5-XL (see _t5_path), in bf16 on CUDA as LlamaGen's sample scripts run it,
+    float32 on the CPU."""
+    return T5Captions(_t5_path(weights_dir, hub), device, default_dtype(device))
 
 
 # ---- pairs ---------------------------------------------------------------------------------------
@@ -301,7 +333,7 @@ def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None,
     keys = [k for k in (spec.target, spec.tokenizer, spec.drafter, spec.small) if k]
     paths = locate(keys, weights_dir, hub)
     ck = CHECKPOINTS[spec.target]
-    caption = text_caption(captions or _default_captions(weights_dir)) if ck.kind == "t2i" else class_caption
+    caption = text_caption(captions or _default_captions(weights_dir, device, hub)) if ck.kind == "t2i" else class_caption
     models = {k: build(k, read_state_dict(p)) for k, p in paths.items()}
     return assemble(name, models[spec.target], models[spec.tokenizer], (ck.grid, ck.grid), caption,
                     models.get(spec.drafter), models.get(spec.small), spec.scales, device, dtype)
@@ -313,31 +345,55 @@ def pair_files(name: str) -> list[str]:
     return [k for k in (spec.target, spec.tokenizer, spec.drafter, spec.small) if k]
 
 
+def to_fetch(name: str, weights_dir: str | Path | None = None) -> list[str]:
+    """Files of a pair that are neither in the weights folder nor in the hub cache (FLAN-T5-XL as
+    its repository name); looks at files only, never the network."""
+    folder, kind = weights_folder(weights_dir), CHECKPOINTS[PAIRS[name].target].kind
+    out = [CHECKPOINTS[k].file for k in pair_files(name)
+           if _local(folder, k) is None and hf.cached(CHECKPOINTS[k].hub_repo, CHECKPOINTS[k].file) is None]
+    if kind == "t2i" and not t5_folder(folder).exists() and hf.cached(T5_REPO, "config.json") is None:
+        out.append(T5_REPO)
+    return out
+
+
+def fetch_pair(name: str, weights_dir: str | Path | None = None, progress: hf.Progress | None = None) -> None:
+    """Download into the hub cache every file of a pair that the weights folder lacks (MissingWeights
+    when the hub cannot be reached), reporting progress; loads nothing."""
+    locate(pair_files(name), weights_dir, hub=True, progress=progress)
+    if CHECKPOINTS[PAIRS[name].target].kind == "t2i":
+        _t5_path(weights_dir, hub=True, progress=progress)
+
+
 def found_pairs(weights_dir: str | Path | None = None) -> dict[str, str]:
     """{pair name: one line on it} for the pairs whose files are all in the weights folder (the T5
-    encoder too for t2i); looks at file names only, loads nothing, never the hub."""
-    folder, out = weights_folder(weights_dir), {}
+    encoder too for t2i), and on a Hugging Face Space every pair (its files come from the hub when
+    chosen); looks at file names only, loads nothing, never the network."""
+    folder, out, space = weights_folder(weights_dir), {}, hf.on_space()
     for name, spec in PAIRS.items():
-        if any(_local(folder, k) is None for k in pair_files(name)):
-            continue
         ck = CHECKPOINTS[spec.target]
-        if ck.kind == "t2i" and not t5_folder(folder).exists():
+        here = (all(_local(folder, k) is not None for k in pair_files(name))
+                and (ck.kind != "t2i" or t5_folder(folder).exists()))
+        if not (here or space):
             continue
+        fetch = [] if here else to_fetch(name, weights_dir)
+        where = (f"weights in {folder}" if here else "weights in the hub cache" if not fetch
+                 else f"downloads {', '.join(fetch)} from the Hugging Face hub when chosen")
         out[name] = (f"LlamaGen {ck.kind} GPT-{ck.size}, {ck.grid}x{ck.grid} tokens"
                      + (f", drafter {CHECKPOINTS[spec.drafter].grid}x{CHECKPOINTS[spec.drafter].grid}"
-                        if spec.drafter else "") + f"; weights in {folder}")
+                        if spec.drafter else "") + f"; {where}")
     return out
 
 
 def pair_facts(name: str) -> dict:
-    """What a UI needs before loading a pair: codebook size, mulo scales, the kind of prompt."""
+    """What a UI needs before loading a pair: codebook size, mulo scales, default sampling, the kind of prompt."""
     spec = PAIRS[name]
     kind = CHECKPOINTS[spec.target].kind
-    return dict(vocab_size=VQ16.codebook_size, scales=spec.scales,
+    return dict(vocab_size=VQ16.codebook_size, scales=spec.scales, sampling=SAMPLING[kind],
                 prompt="free text (read by FLAN-T5-XL)" if kind == "t2i" else f"an ImageNet class id, 0 to {NUM_CLASSES - 1}")
 
 
 def pair_loaders() -> dict[str, Callable]:
     """{pair name: loader} for engine.load_pair: weights from MULO_LLAMAGEN_DIR, device from MULO_DEVICE
-    (default cpu), never the hub."""
-    return {n: (lambda n=n: load_pair(n, device=os.environ.get("MULO_DEVICE", "cpu"))) for n in PAIRS}
+    (default cpu); the hub cache (downloading) only on a Hugging Face Space."""
+    return {n: (lambda n=n: load_pair(n, device=os.environ.get("MULO_DEVICE", "cpu"), hub=hf.on_space()))
+            for n in PAIRS}

@@ -1,0 +1,142 @@
+"""The text cleaning LlamaGen applies to a caption before FLAN-T5 reads it (its T5 text preprocessing,
+inherited from DeepFloyd IF / PixArt): one pass of the rules below, run twice, as the official code does.
+
+Reproduced rule for rule with the standard library, tested on a table of official outputs
+(tests/fixtures/llamagen_golden/golden.json; `scripts/llamagen_golden.py --fuzz N` compares random
+punctuation-heavy strings against the official function). Two helpers of the original are rebuilt:
+  - HTML: tags dropped and entities decoded by html.parser, the parser under BeautifulSoup's
+    "html.parser" backend, with its rule for unknown entities; comments, <script>/<style> bodies
+    and byte-level numeric references (&#150; as windows-1252) may differ.
+  - ftfy.fix_text: NFC normalization, full-width forms and Latin ligatures to plain letters, curly
+    quotes straightened, line breaks unified, control characters removed; its mojibake repair
+    (text decoded with the wrong codec, e.g. "cafÃ©") is not reproduced.
+It knows nothing about tokenizers or models.
+"""
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from html.entities import name2codepoint
+from html.parser import HTMLParser
+from urllib.parse import unquote_plus
+
+_TLD = r"(?:com|co|ru|net|org|edu|gov|it)"
+_FILE_EXT = r"(?:png|jpg|jpeg|bmp|webp|eps|pdf|apk|mp4)"
+_DASHES = ("\u002d\u058a\u05be\u1400\u1806\u2010-\u2015\u2e17\u2e1a\u2e3a\u2e3b\u2e40\u301c\u3030\u30a0"
+           "\ufe31\ufe32\ufe58\ufe63\uff0d")
+_LOOSE_PUNCT = r"#®•©™&@·º½¾¿¡§~)(\]\[}{|\\/*"
+
+
+def _rules(*pairs) -> list[tuple[re.Pattern, str]]:
+    return [(re.compile(p), r) for p, r in pairs]
+
+
+# before the HTML is read: web addresses (with a scheme, "www:", or a bare domain and path)
+_ADDRESSES = _rules(*[(r"\b((?:%s:(?:/{1,3}|[a-zA-Z0-9%%])|[a-zA-Z0-9.\-]+[.]%s[\w/-]*\b/?(?!@)))" % (s, _TLD), "")
+                      for s in ("https?", "www")])
+
+# after the HTML: handles, CJK, unified dashes and quotes, entities, numbers that carry no meaning
+_SYMBOLS = _rules(
+    (r"@[\w\d]+\b", ""),                                 # @nickname
+    ("[\u31c0-\u9fff]+", ""),                            # CJK strokes .. unified ideographs (one block)
+    (f"[{_DASHES}]+", "-"),                              # every kind of dash, runs included
+    ("[`´«»“”¨]", '"'),
+    ("[‘’]", "'"),
+    (r"&quot;?", ""),
+    (r"&amp", ""),
+    (r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", " "),        # IP addresses
+    (r"\d:\d\d\s+$", ""),                                # article ids at the end
+    (r"\\n", " "),                                       # a written-out "\n"
+    (r"#\d{1,3}\b", ""),                                 # "#12"
+    (r"#\d{5,}\b", ""),                                  # "#12345..."
+    (r"\b\d{6,}\b", ""),                                 # long digit runs
+    (rf"[\S]+\.{_FILE_EXT}", ""),                        # file names
+    (r"[\"']{2,}", '"'),                                 # runs of quotes
+    (r"[\.]{2,}", " "),                                  # ellipses
+    (f"[{_LOOSE_PUNCT}]+", " "),                         # brackets, slashes, stars, &, #, ...
+    (r"\s+\.\s+", " "),                                  # a lone full stop
+)
+_SEPARATORS = re.compile(r"[-_]")                        # more than three: words-joined-like-this
+
+# after ftfy and entity decoding: codes, shop words, sizes, spacing, stray ends
+_WORDS = _rules(
+    (r"\b[a-zA-Z]{1,3}\d{3,15}\b", ""),                  # jc6640
+    (r"\b[a-zA-Z]+\d+[a-zA-Z]+\b", ""),                  # jc6640vc
+    (r"\b\d+[a-zA-Z]+\d+\b", ""),                        # 6640vc231
+    (r"(worldwide\s+)?(free\s+)?shipping", ""),
+    (r"(free\s)?download(\sfree)?", ""),
+    (r"\bclick\b\s(?:for|on)\s\w+", ""),
+    (rf"\b{_FILE_EXT}(\simage[s]?)?", ""),
+    (r"\bpage\s+\d+\b", ""),
+    (r"\b\d*[a-zA-Z]+\d+[a-zA-Z]+\d+[a-zA-Z\d]*\b", " "),  # j2d1a2a...
+    (r"\b\d+\.?\d*[xх×]\d+\.?\d*\b", ""),                # 1920x1080 (Latin x, Cyrillic х, ×)
+    (r"\b\s+:\s+", ": "),
+    (r"(\D[,\./])\b", r"\1 "),                           # a space after , . / glued to a word
+    (r"\s+", " "),
+    (r"^[\"']([\w\W]+)[\"']$", r"\1"),                   # surrounding quotes
+    (r"^['_,\-:;]", ""),
+    (r"['_,\-:+]$", ""),
+    (r"^\.\S+$", ""),
+)
+
+
+class _Text(HTMLParser):
+    """Text content; an unknown named entity stays as "&name" (its ";" dropped), as BeautifulSoup does."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=False)
+        self.parts: list[str] = []
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+    def handle_entityref(self, name):
+        self.parts.append(chr(name2codepoint[name]) if name in name2codepoint else f"&{name}")
+
+    def handle_charref(self, name):
+        self.parts.append(html.unescape(f"&#{name};"))
+
+
+def html_text(text: str) -> str:
+    """The text content of an HTML fragment: tags dropped, entities decoded."""
+    p = _Text()
+    p.feed(text)
+    p.close()
+    return "".join(p.parts)
+
+
+_CURLY = {**{c: "'" for c in "\u02bc\u2018\u2019\u201a\u201b"}, **{c: '"' for c in "\u201c\u201d\u201e\u201f"}}
+_WIDE = re.compile("[\u3000\uff01-\uff60\uffe0-\uffe6\ufb00-\ufb06\u0132\u0133\u01c4-\u01cc\u01f1-\u01f3]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ufeff\ufff9-\ufffc]")
+
+
+def fix_text(text: str) -> str:
+    """The parts of ftfy.fix_text that plain prompts meet (see the module docstring)."""
+    text = _WIDE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
+    text = "".join(_CURLY.get(c, c) for c in text)
+    text = re.sub("\r\n|[\r\u2028\u2029\x85]", "\n", text)
+    text = _CONTROL.sub("", text)
+    return unicodedata.normalize("NFC", text)
+
+
+def _apply(rules, text: str) -> str:
+    for pattern, repl in rules:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def clean_once(text: str) -> str:
+    text = unquote_plus(str(text)).strip().lower()
+    text = text.replace("<person>", "person")
+    text = html_text(_apply(_ADDRESSES, text))
+    text = _apply(_SYMBOLS, text)
+    if len(_SEPARATORS.findall(text)) > 3:
+        text = _SEPARATORS.sub(" ", text)
+    text = html.unescape(html.unescape(fix_text(text))).strip()
+    return _apply(_WORDS, text).strip()
+
+
+def clean_caption(text: str) -> str:
+    """A prompt as LlamaGen's T5 preprocessing leaves it: the cleaning pass applied twice."""
+    return clean_once(clean_once(text))
