@@ -12,11 +12,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 SCHEMA = "mulo-trace/2"
 OLD_SCHEMAS = ("mulo-trace/1",)  # read and converted: totals.accepted_fraction -> passed / kept
 PHASES = ("draft", "upsample", "verify", "resample", "decode", "refresh")
 MODELS = ("target", "drafter", None)
-MAX_BYTES = 8 * 1024 * 1024      # a real trace of a 32x32 grid is at most about 1.3 MB (sd, gamma 16)
+MAX_BYTES = 24 * 1024 * 1024     # a real 32x32 trace: ~1.3 MB (sd, gamma 16), 17.5 MB (mulo raster rejection, tau 0.5)
 
 
 class TraceError(ValueError):
@@ -71,17 +73,23 @@ class Trace:
         grids, codebook, counts); without it the trace's own grid bounds the counts."""
         if len(text) > MAX_BYTES:
             raise TraceError(f"the file is {len(text)} bytes; at most {MAX_BYTES} are read")
+        if _nesting(text.encode() if isinstance(text, str) else text) > MAX_DEPTH:
+            raise TraceError(f"it nests deeper than {MAX_DEPTH} levels")
         try:
             d = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_no_constant)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise TraceError(f"it is not valid JSON: {e}") from None
         except RecursionError:
             raise TraceError(f"it nests deeper than {MAX_DEPTH} levels") from None
-        return Trace.from_dict(d, limits_for)
+        return Trace._checked(d, limits_for)
 
     @staticmethod
     def from_dict(d, limits_for: Callable[[str], "Limits"] | None = None) -> "Trace":
         _check_depth(d)
+        return Trace._checked(d, limits_for)
+
+    @staticmethod
+    def _checked(d, limits_for) -> "Trace":
         if not isinstance(d, dict):
             raise TraceError("the trace must be a JSON object")
         if d.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
@@ -100,8 +108,10 @@ FIELDS = ("method", "params", "seed", "prompt", "model", "grid", "tokens", "prop
 MAX_DEPTH = 8             # a trace nests 5 levels (trace, steps, step, rows, values); more is not a trace
 MAX_DIGITS = 19           # integers up to 2^63 - 1
 MAX_SIDE = 256            # a token grid side
-STEPS_PER_CELL = 24       # steps a run may take per cell of its grids (sd at gamma 16 takes < 17)
-CELLS_PER_CELL = 160      # cells a run's steps may write or judge, per cell of its grids (sjd: 2 L)
+STEPS_PER_CELL = 48       # steps a run may take per cell of its grids (mulo raster rejection at tau 0.5: 36)
+CELLS_PER_CELL = 512      # cells a run's steps may write or judge, per cell of its grids (raster, tau 0.5: 334)
+STEP_KEYS = {"phase", "model", "nfe", "wall_ms", "cells", "tokens", "judged", "accepted", "prob", "resampled",
+             "bonus", "band", "pooled", "resample", "islands"}   # the step fields that may hold lists
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")   # method, model, parameter names: no markup, no paths
 
 
@@ -134,6 +144,15 @@ def _parse_float(s: str) -> float:
 
 def _no_constant(name: str):
     raise TraceError(f"it holds {name}; every number in a trace is finite")
+
+
+def _nesting(raw: bytes) -> int:
+    """How deep the brackets of a JSON text nest, strings aside; read before parsing, in one
+    vectorised pass, so that no nesting reaches the parser's recursion."""
+    a = np.frombuffer(re.sub(rb'"(?:[^"\\]|\\.)*"', b'""', raw), dtype=np.uint8)
+    brackets = a[(a == ord("[")) | (a == ord("{")) | (a == ord("]")) | (a == ord("}"))]
+    step = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1).astype(np.int32)
+    return int(np.cumsum(step, dtype=np.int32).max(initial=0))
 
 
 def _check_depth(d) -> None:
@@ -246,20 +265,19 @@ def _validate_steps(steps, target: tuple[int, int], draft: tuple[int, int] | Non
         on_draft = draft is not None and (s["phase"] == "draft" or s.get("grid") == "draft")
         h, w = draft if on_draft else target
         cell = lambda c: _pair(c, 0, max(h, w) - 1) and c[0] < h and c[1] < w  # noqa: E731
-        cells = s.get("cells")
-        if not isinstance(cells, list) or not all(cell(c) for c in cells):
-            raise TraceError(f"step {n}: cells must be a list of [i, j] inside the {h}x{w} grid")
+        cells, judged = s.get("cells"), s.get("judged")
+        if not isinstance(cells, list) or not (judged is None or isinstance(judged, list)):
+            raise TraceError(f"step {n}: cells (and judged) must be lists of [i, j]")
+        budget -= len(cells) + len(judged or ())   # counted before any cell is looked at
+        if budget < 0:
+            raise TraceError(f"the steps write or judge more than {CELLS_PER_CELL * cells_total} cells "
+                             f"({CELLS_PER_CELL} per cell of the grids)")
+        if not all(cell(c) for c in cells) or not all(cell(c) for c in judged or ()):
+            raise TraceError(f"step {n}: cells and judged must be [i, j] inside the {h}x{w} grid")
         tokens = s.get("tokens")
         if tokens is not None and not (isinstance(tokens, list) and len(tokens) == len(cells)
                                        and all(_is_int(v, 0, limits.vocab_size - 1) for v in tokens)):
             raise TraceError(f"step {n}: tokens must be null or one codebook token in [0, {limits.vocab_size}) per cell")
-        judged = s.get("judged")
-        if judged is not None and not (isinstance(judged, list) and all(cell(c) for c in judged)):
-            raise TraceError(f"step {n}: judged must be a list of [i, j] inside the {h}x{w} grid")
-        budget -= len(cells) + len(judged or ())
-        if budget < 0:
-            raise TraceError(f"the steps write or judge more than {CELLS_PER_CELL * cells_total} cells "
-                             f"({CELLS_PER_CELL} per cell of the grids)")
         for key in ("resampled", "bonus"):
             if s.get(key) is not None and not cell(s[key]):
                 raise TraceError(f"step {n}: {key} must be null or a cell [i, j] inside the {h}x{w} grid")
@@ -269,6 +287,11 @@ def _validate_steps(steps, target: tuple[int, int], draft: tuple[int, int] | Non
                 raise TraceError(f"step {n}: {key} must be an integer in [0, {most}]")
         if "prob" in s and not (isinstance(s["prob"], list) and all(_is_num(p) for p in s["prob"])):
             raise TraceError(f"step {n}: prob must be a list of numbers")
+        for key, v in s.items():   # keys this reader does not know: plain values only, nothing that grows
+            if key not in STEP_KEYS and not (v is None or isinstance(v, bool) or _is_num(v)
+                                             or (isinstance(v, str) and len(v) <= 64)):
+                raise TraceError(f"step {n}: {_show(key)} is not a step field this reader knows; such fields "
+                                 f"may hold a number, a short word or null only")
         if "band" in s:
             _validate_band(n, s, H, W)
         elif "accepted" in s and not (isinstance(s["accepted"], list) and len(s["accepted"]) <= h * w

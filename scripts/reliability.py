@@ -130,13 +130,19 @@ def crafted_figures() -> dict:
     import gradio as gr
 
     from app import handlers as h
-    from core.trace import MAX_BYTES
+    from core.trace import CELLS_PER_CELL, STEPS_PER_CELL
     from crafted import crafted, real_trace
     base = real_trace()
     texts = crafted(base)
-    padded = json.loads(json.dumps(base))
-    padded["steps"][0]["padding"] = [0] * ((MAX_BYTES - len(json.dumps(base))) // 3 - 64)   # "0, " each
-    texts["accepted: a real trace padded to the size limit"] = json.dumps(padded)
+    H, W = base["grid"]["target"]
+    dh, dw = base["grid"]["draft"]
+    cells = H * W + dh * dw
+    n = STEPS_PER_CELL * cells - len(base["steps"])                  # steps up to the bound
+    per = min(10, (CELLS_PER_CELL * cells - 4 * H * W) // n)          # and about as many cells as allowed
+    step = dict(phase="decode", model="target", nfe=1, wall_ms=0.01, cells=[[0, j] for j in range(per)],
+                tokens=[0] * per)
+    texts["accepted: a real trace with the most steps and cells allowed"] = json.dumps(
+        dict(base, steps=base["steps"] + [step] * n))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, (name, text) in enumerate(texts.items()):

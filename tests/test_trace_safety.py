@@ -40,7 +40,7 @@ def test_a_crafted_trace_is_refused_with_one_clear_message(files, name):
     t0 = time.perf_counter()
     with pytest.raises(gr.Error) as refused:
         h.replay(str(files[name]))
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 < 10.0   # (a loaded 2-core machine: about 3 s at most)
     message = refused.value.message
     assert message.startswith("cannot replay this trace: ")
     assert not re.search(r"<[A-Za-z/!]", message) and "\x00" not in message and len(message) < 400  # no markup
@@ -62,7 +62,7 @@ def test_grids_are_checked_against_the_pair_before_the_tokens(base):
 def test_a_trace_without_a_pair_is_bounded_by_its_own_grid(base):
     assert Trace.from_json(json.dumps(base)).to_dict() == base
     with pytest.raises(ValueError, match="at most"):
-        Trace.from_json(json.dumps(dict(base, steps=[base["steps"][-1]] * 30_000)))
+        Trace.from_json(json.dumps(dict(base, steps=[base["steps"][-1]] * 60_000)))
 
 
 def _steps(n: int) -> list[dict]:
