@@ -19,10 +19,11 @@ from urllib.parse import urlencode
 import gradio as gr
 import torch
 
-from core import engine, family
+from core import bench, engine, report
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig
-from core.domain import COLS, ROWS, PromptError, parse_prompt
-from core.evaluate import quality as measured_quality
+from core.embedded import family
+from core.embedded.domain import COLS, ROWS, PromptError, parse_prompt
+from core.embedded.evaluate import quality as measured_quality
 from core.methods import registry
 from core.models import hub
 from core.trace import MAX_BYTES, Limits, Trace, TraceError
@@ -562,6 +563,25 @@ def sweep(taus, windows, *knobs):
                            speedup=speedup(trace, base)[0],
                            quality=quality(img, run.prompt, run.model)[0]))
     yield plots.sweep_figure(points, measure), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
+
+
+def open_summary(path):
+    """Upload handler: (frontier figure, status) of a precomputed sweep, a bench run folder's summary.json;
+    no model runs, so a workshop can show a sweep too large to run live."""
+    if not path:
+        raise gr.Error("no file: choose the summary.json of a `python -m core bench --out DIR` run")
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        raise gr.Error(f"the summary is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
+    with open(path, "rb") as f:
+        text = f.read()
+    try:
+        result = bench.read_summary(text)
+    except bench.SummaryError as e:
+        raise gr.Error(f"cannot open this summary: {e}") from None
+    return report.frontier(result), (f"Opened a precomputed sweep: {len(result['summary'])} settings on "
+                                     f"{result['prompts']} prompts from seed {result['seed']} "
+                                     f"({result.get('records', '?')} runs); no model ran.")
 
 
 def preset(name: str) -> tuple:

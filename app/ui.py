@@ -7,7 +7,7 @@ import numpy as np
 
 from core import engine
 from core.config import CONTEXT_MODES, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS
-from core.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
+from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 from core.trace import MAX_BYTES
 
@@ -79,7 +79,9 @@ EXPLAIN = {
     "sweep": "Trade-off curve: each point is one run. Right means fewer target passes than ar; up means a "
              "better image: the share of the prompt's attributes (objects, places, shapes, colours, sizes, "
              "background) that the domain's classifier reads back from it. mulo sweeps τ, ZipAR "
-             "sweeps its window. One seed per point: read trends, not decimals.",
+             "sweeps its window. One seed per point: read trends, not decimals. A summary.json from "
+             "`python -m core bench --out DIR` shows a large precomputed sweep's frontier instead (speedups "
+             "in sequential passes and wall-clock against adherence and Fréchet distance, means over its prompts).",
     "files": "Download the trace of the last run (JSON, schema mulo-trace/2) to share or attach to a bug "
              "report; upload a trace to replay all views without running any model.",
 }
@@ -228,7 +230,10 @@ def build_demo() -> gr.Blocks:
                             windows = gr.Textbox("4, 16", label="ZipAR windows")
                         sweep_btn = gr.Button("Run the sweep", variant="primary")
                         sweep_status = gr.Markdown()
-                        sweep_plot = gr.Plot(label="Speed vs quality")
+                        sweep_plot = gr.Plot(label="Speed vs quality", elem_id="sweep-plot")
+                        summary_file = gr.File(label="Or open a precomputed sweep: the summary.json of a "
+                                                     "`python -m core bench --out DIR` run", file_types=[".json"],
+                                               type="filepath", elem_id="summary-file")
                     with gr.Tab("Trace files", id="files"):
                         _explain("files")
                         trace_file = gr.File(label="Trace of the last run", interactive=False)
@@ -256,6 +261,7 @@ def build_demo() -> gr.Blocks:
                       concurrency_id="model", concurrency_limit=1, preprocess=False)
         sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
                         concurrency_id="model", concurrency_limit=1, preprocess=False)
+        summary_file.upload(h.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
         preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
         knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
                                                               knobs["cfg_interval"], knobs["lantern_k"],

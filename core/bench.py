@@ -1,23 +1,35 @@
-"""Side-by-side benchmark: every method on the same held-out prompts and seeds, in one process.
+"""Side-by-side benchmark: every method on the same held-out prompts and seeds, measured record by record.
 
-A method spec is a name with optional parameter overrides, `mulo:scale=4:tau=0.05`. Reports per
-spec: target and drafter NFE, wall-clock, speedup vs ar (headline: ratio of sequential passes,
-target + drafter, and wall ratio; target-only NFE ratio as a detail), passed and kept fractions,
-per-phase time, prompt adherence and Fréchet distance. Quality always sits beside speed.
+A method spec is a name with optional parameter overrides, `mulo:scale=4:tau=0.05`. One record is one
+(spec, prompt, seed) run: its NFE, wall-clock, passed and kept fractions, per-phase time, tokens,
+adherence and classifier features. Records go into a run folder (core.runfolder) as they finish; under
+torchrun each rank measures the prompts i with i % world == rank, every spec of a prompt back to back
+on one device, and rank 0 merges all records once every rank is done. Reports per spec: target and
+drafter NFE, wall-clock, speedup vs ar (headline: ratio of sequential passes, target + drafter, and
+wall ratio; target-only NFE ratio as a detail), passed and kept fractions, per-phase time, prompt
+adherence and Fréchet distance (computed at the merge, over the whole set). Quality always sits
+beside speed. Wall ratios pair records measured by one worker (one rank on one host), never across.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import socket
+import tempfile
 import time
 from typing import Callable
 
 import numpy as np
 
-from . import engine, family
+from . import engine
 from .config import MethodParams, RunConfig, SamplingConfig
-from .evaluate import heldout, quality
-from .trace import PHASES
+from .distributed import Ranks, barrier, broadcast, shard
+from .embedded import family
+from .embedded.evaluate import heldout, read_images, set_frechet
+from .runfolder import SCHEMA, RunFolder, RunFolderError, record_key
+from .trace import PHASES, SCHEMA as TRACE_SCHEMA
 
+RECORD_SCHEMA = f"{SCHEMA}+{TRACE_SCHEMA}"  # a record measured by other code is measured again
 _PARAM_TYPES = {f.name: f.type for f in dataclasses.fields(MethodParams)}
 _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingConfig)}
 
@@ -43,60 +55,187 @@ def parse_spec(spec: str, base: RunConfig) -> tuple[str, RunConfig]:
     return spec, cfg
 
 
-def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = None,
-        progress: Callable = lambda *a: None) -> dict:
-    base = base or RunConfig()
-    pair = engine.load_pair(base.model)
-    clf = family.load_classifier()
-    scenes = heldout(n_prompts)
-    configs = [parse_spec(s, base) for s in specs]
+def configs_of(specs: list[str], base: RunConfig) -> list[tuple[str, RunConfig]]:
+    """Parsed specs, ar first when it is not among them (it is the reference)."""
+    configs = [parse_spec(s, base) for s in dict.fromkeys(specs)]
     if not any(c.method == "ar" for _, c in configs):
         configs.insert(0, parse_spec("ar", base))
-    for _, c in configs:  # every spec is valid before any work starts
+    return configs
+
+
+def run_config(configs: list[tuple[str, RunConfig]], n_prompts: int, seed: int) -> dict:
+    """What a run folder holds: a rerun with a different one is refused."""
+    base = configs[0][1]
+    return dict(schema=SCHEMA, record_schema=RECORD_SCHEMA, model=base.model, prompts=n_prompts, seed=seed,
+                specs=[label for label, _ in configs],
+                base=dict(sampling=dataclasses.asdict(base.sampling), params=dataclasses.asdict(base.params)))
+
+
+def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = None, out=None,
+        ranks: Ranks = Ranks(), progress: Callable = lambda *a: None, poll_s: float = 0.5) -> dict | None:
+    """Measure this rank's shard into the run folder `out`, skipping records already there; wait for the
+    other ranks; rank 0 merges every record and returns the result (other ranks return None).
+    progress(done, total, info): rank 0 counts every rank's records, the others their own shard."""
+    if out is None:
+        if ranks.world > 1:
+            raise RunFolderError("several ranks need a run folder they all read: give --out DIR")
+        with tempfile.TemporaryDirectory(prefix="mulo-bench-") as tmp:
+            return run(specs, n_prompts, seed, base, tmp, ranks, progress, poll_s)
+    base = base or RunConfig()
+    configs = configs_of(specs, base)
+    pair = engine.load_pair(base.model)
+    for _, c in configs:  # every spec is valid before the folder is claimed or any work starts
         engine.context(c, pair)
-    engine.run(dataclasses.replace(configs[0][1], prompt=scenes[0].caption(), seed=seed), pair)  # warm-up
-    rows: dict[str, list[dict]] = {label: [] for label, _ in configs}
-    images: dict[str, list[np.ndarray]] = {label: [] for label, _ in configs}
-    total, done = len(configs) * n_prompts, 0
-    for i, scene in enumerate(scenes):  # prompt-major: each prompt sees every method back to back
-        for label, cfg in configs:
-            c = dataclasses.replace(cfg, prompt=scene.caption(), seed=seed + i)
-            t0 = time.perf_counter()
-            tr = engine.run(c, pair)
-            wall = (time.perf_counter() - t0) * 1000.0
-            phase_ms = {p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES}
-            rows[label].append(dict(target_nfe=tr.totals["target_nfe"], drafter_nfe=tr.totals["drafter_nfe"],
-                                    wall_ms=wall, passed=tr.totals["passed_fraction"],
-                                    kept=tr.totals["kept_fraction"], phase_ms=phase_ms,
-                                    target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target")))
-            images[label].append(engine.decode_image(tr.tokens, pair.tokenizer))
-            done += 1
-            progress(done, total, label)
+    folder = RunFolder(out)
+    refusal = None
+    if ranks.main:
+        try:
+            folder.claim(run_config(configs, n_prompts, seed))
+        except RunFolderError as e:
+            refusal = str(e)
+    refusal = broadcast(refusal, ranks)  # every rank stops on rank 0's refusal, none waits for it
+    if refusal:
+        raise RunFolderError(refusal)
+    if not ranks.main:
+        folder.claim(run_config(configs, n_prompts, seed), write=False)
+    scenes = heldout(n_prompts)
+    model = configs[0][1].model
+    want = {i: [(label, dataclasses.replace(cfg, prompt=scenes[i].caption(), seed=seed + i)) for label, cfg in configs]
+            for i in range(n_prompts)}
+    keys = {_key(label, c, model) for runs in want.values() for label, c in runs}
+    done = folder.records()
+    todo = [(i, label, c) for i in shard(n_prompts, ranks) for label, c in want[i] if _key(label, c, model) not in done]
+    total = len(keys) if ranks.main else len(shard(n_prompts, ranks)) * len(configs)
+    count = (lambda: len(keys & folder.records().keys())) if ranks.main else \
+        (lambda: total - len(todo) + measured)
+    measured = 0
+    progress(count(), total, "")
+    try:
+        if todo:
+            clf = family.load_classifier() if model == "embedded" else None  # the domain's evaluator
+            engine.run(todo[0][2], pair)  # warm-up: the first run of a process pays one-off costs
+            worker = f"{socket.gethostname()}:{pair.device}:rank{ranks.rank}/{ranks.world}"
+            for i, label, c in todo:  # prompt-major: each prompt sees every spec back to back
+                folder.append(measure(label, c, i, scenes[i], pair, clf, worker), ranks.rank)
+                measured += 1
+                progress(count(), total, label)
+        while len(keys & folder.records().keys()) < len(keys):  # the other ranks are still measuring
+            time.sleep(poll_s)
+            progress(count(), total, "waiting for the other ranks")
+    finally:
+        folder.close()
+    progress(count(), total, "done")
+    barrier(ranks)
+    if not ranks.main:
+        return None
+    records = folder.records()
+    by_spec = {label: [records[_key(label, c, model)] for i in range(n_prompts) for lb, c in want[i] if lb == label]
+               for label, _ in configs}
+    result = merge(configs, by_spec, scenes, seed, family.load_classifier() if model == "embedded" else None)
+    folder.write_summary(result)
+    return result
+
+
+def _key(label: str, c: RunConfig, model: str) -> tuple:
+    return record_key(dict(spec=label, prompt=c.prompt, seed=c.seed, model=model, schema=RECORD_SCHEMA))
+
+
+def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> dict:
+    """One record: run the spec on one prompt and seed, time it, read its image back."""
+    t0 = time.perf_counter()
+    tr = engine.run(c, pair)
+    wall = (time.perf_counter() - t0) * 1000.0
+    adh, feats = read_images([engine.decode_image(tr.tokens, pair.tokenizer)], [scene], clf) if clf else ([None], [None])
+    return dict(spec=label, method=c.method, prompt_index=i, prompt=c.prompt, seed=c.seed, model=pair.name,
+                schema=RECORD_SCHEMA, worker=worker, target_nfe=tr.totals["target_nfe"],
+                drafter_nfe=tr.totals["drafter_nfe"], wall_ms=wall, passed=tr.totals["passed_fraction"],
+                kept=tr.totals["kept_fraction"],
+                phase_ms={p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES},
+                target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target"),
+                adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens)
+
+
+def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], scenes, seed: int, clf) -> dict:
+    """The summary of complete records (by spec, in prompt order): means, ratios against ar on the same
+    prompts and seeds, adherence, and the Fréchet distance of each spec's whole set (quality is None for
+    a pair the embedded domain's classifier cannot read, clf None)."""
     ar_label = next(label for label, c in configs if c.method == "ar")
-    ar_nfe = np.mean([r["target_nfe"] for r in rows[ar_label]])
-    ar_wall = np.mean([r["wall_ms"] for r in rows[ar_label]])
+    ar = by_spec[ar_label]
+    ar_passes = np.mean([r["target_nfe"] + r["drafter_nfe"] for r in ar])
     summary = {}
     for label, cfg in configs:
-        rs = rows[label]
-        q = quality(images[label], scenes, clf)
-        passes = np.mean([r["target_nfe"] + r["drafter_nfe"] for r in rs])
+        rs = by_spec[label]
+        mean = lambda key: float(np.mean([r[key] for r in rs]))  # noqa: E731
+        passes = float(np.mean([r["target_nfe"] + r["drafter_nfe"] for r in rs]))
         summary[label] = dict(
-            method=cfg.method, target_nfe=float(np.mean([r["target_nfe"] for r in rs])),
-            drafter_nfe=float(np.mean([r["drafter_nfe"] for r in rs])), passes=float(passes),
-            wall_ms=float(np.mean([r["wall_ms"] for r in rs])),
-            passes_speedup=float(ar_nfe / passes),
-            wall_speedup=float(ar_wall / np.mean([r["wall_ms"] for r in rs])),
-            target_nfe_speedup=float(ar_nfe / np.mean([r["target_nfe"] for r in rs])),
+            method=cfg.method, target_nfe=mean("target_nfe"), drafter_nfe=mean("drafter_nfe"), passes=passes,
+            wall_ms=mean("wall_ms"), passes_speedup=float(ar_passes / passes),
+            wall_speedup=wall_speedup(ar, rs),
+            target_nfe_speedup=float(np.mean([r["target_nfe"] for r in ar]) / mean("target_nfe")),
             passed=_mean_or_none([r["passed"] for r in rs]), kept=_mean_or_none([r["kept"] for r in rs]),
             fed_per_pass=float(np.sum([r["target_fed"] for r in rs]) / max(np.sum([r["target_nfe"] for r in rs]), 1)),
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
-            adherence=q["adherence"], frechet=q["frechet"])
-    return dict(prompts=n_prompts, seed=seed, specs=[label for label, _ in configs], summary=summary)
+            adherence=_mean_or_none([r["adherence"] for r in rs]),
+            frechet=None if clf is None else set_frechet(np.array([r["features"] for r in rs], dtype=np.float32),
+                                                         scenes, clf))
+    workers = sorted({r["worker"] for rs in by_spec.values() for r in rs})
+    return dict(schema=SCHEMA, model=configs[0][1].model, prompts=len(scenes), seed=seed,
+                specs=[label for label, _ in configs], workers=workers,
+                records=sum(len(rs) for rs in by_spec.values()), summary=summary)
+
+
+def wall_speedup(ar: list[dict], rs: list[dict]) -> float:
+    """ar's mean wall over the spec's, per worker (the two measured on one device, interleaved), then
+    averaged over workers weighted by their prompts. Never a ratio of times from two devices."""
+    ar_by_prompt = {r["prompt_index"]: r for r in ar}
+    pairs: dict[str, tuple[list, list]] = {}
+    for r in rs:
+        a = ar_by_prompt[r["prompt_index"]]
+        if a["worker"] == r["worker"]:
+            pa, pm = pairs.setdefault(r["worker"], ([], []))
+            pa.append(a["wall_ms"])
+            pm.append(r["wall_ms"])
+    n = sum(len(a) for a, _ in pairs.values())
+    if not n:
+        return float("nan")
+    return float(sum(len(a) * np.mean(a) / np.mean(m) for a, m in pairs.values()) / n)
 
 
 def _mean_or_none(xs: list) -> float | None:
     xs = [x for x in xs if x is not None]
     return float(np.mean(xs)) if xs else None
+
+
+class SummaryError(ValueError):
+    """A summary file that cannot be shown: not JSON, another schema, missing figures."""
+
+
+SUMMARY_FIELDS = ("method", "passes", "passes_speedup", "wall_ms", "wall_speedup", "target_nfe", "drafter_nfe",
+                  "adherence", "frechet", "phase_ms")
+
+
+def read_summary(text: str | bytes) -> dict:
+    """A run folder's summary.json (or bench --json output), checked field by field."""
+    try:
+        d = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SummaryError(f"the summary is not valid JSON: {e}") from None
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+        raise SummaryError(f"not a benchmark summary: schema {got!r}, expected {SCHEMA!r} "
+                           f"(the summary.json of a `python -m core bench --out DIR` run folder)")
+    summary = d.get("summary")
+    if not isinstance(summary, dict) or not summary:
+        raise SummaryError("the summary has no per-method figures (field 'summary')")
+    for label, s in summary.items():
+        missing = [k for k in SUMMARY_FIELDS if not isinstance(s, dict) or k not in s]
+        if missing:
+            raise SummaryError(f"the figures of {label!r} lack {', '.join(missing)}")
+        bad = [k for k in SUMMARY_FIELDS[1:-1] if not isinstance(s[k], (int, float))
+               and not (k in ("adherence", "frechet") and s[k] is None)]
+        if bad:
+            raise SummaryError(f"the figures of {label!r} are not numbers: {', '.join(bad)}")
+    return d
 
 
 def table(result: dict) -> str:
@@ -105,11 +244,12 @@ def table(result: dict) -> str:
             f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
             f"({'/'.join(p[:6] for p in PHASES)})")
     lines = [head, "-" * len(head)]
-    frac = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    num = lambda x, digits: "-" if x is None else f"{x:.{digits}f}"  # noqa: E731
+    frac = lambda x: num(x, 2)  # noqa: E731
     for label, s in result["summary"].items():
         ph = "/".join(f"{s['phase_ms'][p]:.0f}" for p in PHASES)
         lines.append(f"{label:<34}{s['passes']:>7.0f}{s['passes_speedup']:>7.2f}{s['wall_ms'] / 1000:>8.2f}"
                      f"{s['wall_speedup']:>7.2f}{s['target_nfe']:>8.0f}{s['drafter_nfe']:>8.0f}"
                      f"{s['target_nfe_speedup']:>7.2f}{s['fed_per_pass']:>7.1f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
-                     f"{s['adherence']:>7.3f}{s['frechet']:>7.2f}  {ph}")
+                     f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}  {ph}")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Command line: `python -m core {train,export,evaluate,generate,bench} ...`. The only printing layer of the core."""
+"""Command line: `python -m core {train,export,evaluate,generate,bench,report} ...`. The only printing layer of the core."""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +31,7 @@ class ProgressBar:
 
 def _train(args) -> int:
     import torch
-    from . import family, train
+    from .embedded import family, train
     torch.set_num_threads(args.threads) if args.threads else None
     grids = tuple(int(g) for g in args.grids.split(",")) if args.grids else ((32,) if args.job == "drafter" else (32, 16, 8))
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
@@ -53,7 +53,7 @@ def _train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .train import JOBS
+    from .embedded.train import JOBS
     p = argparse.ArgumentParser(prog="python -m core", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train (or resume) one model of the embedded family")
@@ -209,7 +209,7 @@ def _generate(args) -> int:
 
 
 def _export(args) -> int:
-    from . import family, train
+    from .embedded import family, train
     run_dir = Path(args.run_dir or f"runs/{args.job}")
     state = train.read_checkpoint(run_dir / "ckpt.pt")
     cfg = train.TrainConfig(**state["config"])
@@ -222,46 +222,108 @@ def _export(args) -> int:
     return 0
 
 
+class RankBar:
+    """A tqdm bar on stderr per rank, with ETA: rank 0 counts the records of every rank, the others their own."""
+
+    def __init__(self, ranks):
+        self.ranks, self.bar = ranks, None
+
+    def __call__(self, done: int, total: int, info: str = "") -> None:
+        from tqdm import tqdm
+        if self.bar is None:  # records found in the folder count as done but not into the rate
+            desc = "bench, all ranks" if self.ranks.main else f"bench, rank {self.ranks.rank}"
+            self.bar = tqdm(total=total, initial=done, desc=desc, unit="run", position=self.ranks.rank,
+                            file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix_str(info, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _bench(args) -> int:
     import json
+    import signal
     import torch
-    from . import bench
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from . import bench, distributed
+    from .runfolder import RunFolder
     if args.prompts < 1:
         raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
     check_outputs(**{"--json": (args.json, {".json"})})
+    ranks = distributed.join()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     base = run_config(args, "ar")
-    specs = [m for m in args.methods.split(",") if m]
-    if not specs:
-        raise UsageError("--methods names no method; e.g. --methods ar,zipar,mulo")
-    for spec in specs:
-        try:
-            bench.parse_spec(spec, base)
-        except ValueError as e:
-            raise UsageError(str(e) if str(e).startswith("method spec") else f"method spec {spec!r}: {e}") from None
-    result = bench.run(specs, args.prompts, args.seed, base, ProgressBar("bench"))
+    bar = RankBar(ranks)
+    signal.signal(signal.SIGTERM, _interrupt)  # a pre-empted job stops like Ctrl-C: every finished record stays
+    try:
+        result = bench.run([m for m in args.methods.split(",") if m], args.prompts, args.seed, base, args.out,
+                           ranks, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        if ranks.main and args.out:
+            sys.stderr.write(f"interrupted: {len(RunFolder(args.out).records())} records are kept in {args.out}; "
+                             f"run the same command again to continue\n")
+        elif ranks.main:
+            sys.stderr.write("interrupted: nothing kept (give --out DIR to keep records and resume)\n")
+        return 130
+    except ValueError as e:  # a folder of another configuration, an unknown pair or spec: one line
+        bar.close()
+        if ranks.main:
+            sys.stderr.write(f"error: {e}\n")
+        return 2
+    finally:
+        distributed.leave(ranks)
+    bar.close()
+    if not ranks.main:
+        return 0
     print(bench.table(result))
+    if args.out:
+        print(f"records and summary.json in {args.out}; `python -m core report {args.out}` draws the report")
     if args.json:
         write_atomic(Path(args.json), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2)))
+    return 0
+
+
+def _report(args) -> int:
+    from . import report
+    from .bench import SummaryError
+    try:
+        path = report.write(args.folder, args.html)
+    except (SummaryError, OSError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    print(f"wrote {path}")
     return 0
 
 
 def _evaluate(args) -> int:
     import json
     import torch
-    from . import evaluate
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from . import distributed
+    from .embedded import evaluate
     if args.prompts < 1:
         raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
     try:
         grids = tuple(int(g) for g in args.grids.split(","))
     except ValueError:
         raise UsageError(f"--grids must be comma-separated token grid sides, e.g. 32,16,8; got {args.grids!r}") from None
-    figures = evaluate.run(args.what, args.prompts, ProgressBar(f"evaluate {args.what}"), grids=grids,
-                           record=args.record)
-    print(json.dumps(figures, indent=2))
+    ranks = distributed.join()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    label = f"evaluate {args.what}" + ("" if ranks.world == 1 else f", rank {ranks.rank}")
+    try:
+        figures = evaluate.run(args.what, args.prompts, ProgressBar(label), grids=grids, record=args.record,
+                               ranks=ranks)
+    finally:
+        distributed.leave(ranks)
+    if ranks.main:
+        print(json.dumps(figures, indent=2))
     return 0
 
 
@@ -279,7 +341,14 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     b.add_argument("--prompts", type=int, default=20)
     _add_run_args(b, model)
     b.add_argument("--json", default=None, help="write the full result here")
+    b.add_argument("--out", default=None, metavar="DIR",
+                   help="run folder: one line per finished record, config.json and summary.json; the same "
+                        "command with the same --out resumes (needed under torchrun: a folder every rank reads)")
     b.set_defaults(func=_bench)
+    r = sub.add_parser("report", help="one self-contained HTML page (Plotly) from a bench run folder")
+    r.add_argument("folder", help="a bench --out folder (or its summary.json)")
+    r.add_argument("--html", default=None, help="write the page here (default FOLDER/report.html)")
+    r.set_defaults(func=_report)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)
     x.add_argument("--run-dir", default=None)
@@ -321,8 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     _extend(parser, _chosen_model(argv))
     args = parser.parse_args(argv)
     from .config import ParameterError
-    from .domain import PromptError
-    from .family import AssetError
+    from .embedded.domain import PromptError
+    from .embedded.family import AssetError
     from .models.llamagen import UnsafeCheckpoint
     from .train import CheckpointError
     if threading.current_thread() is threading.main_thread():

@@ -41,7 +41,7 @@ class MethodParams:
     upsampler: str = "pixel"    # mulo: pixel | nearest
     resample: str = "islands"   # mulo: serial | islands
     rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
-    context: str = "exact"      # mulo: exact (rewrite changed K/V before reading) | verify (keep verify-time K/V)
+    context: str = "verify"     # mulo: verify (passed cells keep verify-time K/V) | exact (rewrite changed K/V)
     gamma: int = 4              # sd/lantern: tokens drafted per cycle
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
     lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
@@ -110,13 +110,13 @@ def _check_types(run: RunConfig) -> None:
         _check(_num(v), name, "a finite number", v)
 
 
-def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int]) -> None:
-    """Raise ParameterError for the first parameter of the wrong type or out of range."""
+def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) -> None:
+    """Raise ParameterError for the first parameter of the wrong type or out of range; `methods` names
+    the decoding methods there are (the engine passes its registry, which this module stays below)."""
     _check_types(run)
     p, s = run.params, run.sampling
     H, W = grid
-    from .methods import registry
-    _check(run.method in registry(), "method", f"one of {', '.join(registry())}", run.method)
+    _check(run.method in methods, "method", f"one of {', '.join(methods)}", run.method)
     _check(len(run.prompt) <= PROMPT_MAX, "prompt", f"at most {PROMPT_MAX} characters", run.prompt)
     _check(0 <= run.seed < 2 ** 63, "seed", "an integer in [0, 2^63)", run.seed)
     _check(1.0 <= s.cfg <= CFG_MAX, "cfg", f"in [1, {CFG_MAX:g}] (1 = no guidance)", s.cfg)

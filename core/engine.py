@@ -7,75 +7,40 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
-from . import data
-from .config import ParameterError, RunConfig, SamplingConfig, validate
+from .config import ParameterError, RunConfig, validate
 from .decoding import MethodContext
-from .domain import canonical_prompt
 from .methods import registry
+from .models.pair import ModelPair
 from .trace import Step, Trace, totals
-
-
-@dataclass
-class ModelPair:
-    """A target, its drafters and their shared tokenizer."""
-    name: str
-    target: torch.nn.Module             # GPT at the target grid
-    multiscale: torch.nn.Module         # GPT serving the low-res grids (mulo's drafter)
-    small: torch.nn.Module | None       # same-resolution small drafter (sd, lantern)
-    tokenizer: torch.nn.Module
-    grid: tuple[int, int]
-    caption: Callable                   # (prompt, grid) -> ((P,) ids or features, (P,) mask)
-    neighbours: torch.Tensor            # (V, K) nearest codes, nearest first
-    scales: tuple = (2, 4)              # up-scale factors r the multiscale drafter serves
-    device: str = "cpu"
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-
-def _embedded_caption(prompt: str, grid: tuple[int, int]):
-    return data.caption_ids(canonical_prompt(prompt), grid[0])
-
-
-def _load_embedded() -> ModelPair:
-    from . import family
-    tok = family.load_tokenizer()
-    target = family.load_gpt("target")
-    small = family.load_gpt("drafter") if (family.ASSETS / family.FILES["drafter"]).exists() else None
-    return ModelPair("embedded", target, target, small, tok, (32, 32), _embedded_caption,
-                    tok.neighbours(tok.vocab_size - 1))
 
 
 def pair_loaders() -> dict[str, Callable[[], ModelPair]]:
     """Model pairs by name: the embedded family, then outside families (their weights load on demand)."""
+    from .embedded import family
     from .models import llamagen
-    return {"embedded": _load_embedded, **llamagen.pair_loaders()}
+    return {"embedded": family.load_pair, **llamagen.pair_loaders()}
 
 
 def found_pairs() -> dict[str, str]:
     """{pair name: one line on it} for the pairs whose weights are on this machine, embedded first.
     Looks at files only; nothing is loaded."""
+    from .embedded import family
     from .models import llamagen
-    return {"embedded": "the shipped procedural-scenes family, 32x32 tokens, drafters 16x16 and 8x8",
-            **llamagen.found_pairs()}
+    return {"embedded": family.DESCRIPTION, **llamagen.found_pairs()}
 
 
 def pair_facts(name: str) -> dict:
     """Codebook size, mulo scales, default sampling and prompt kind of a pair, without loading it."""
-    from . import family
+    from .embedded import family
     from .models import llamagen
     if name == "embedded":
-        vocab = family.read_manifest()["models"]["tokenizer"]["config"]["codebook_size"]
-        return dict(vocab_size=vocab, scales=(2, 4), sampling=SamplingConfig(), prompt="the domain's words (sizes, colours, shapes, places, "
-                                                            "backgrounds)")
+        return family.pair_facts()
     if name in llamagen.PAIRS:
         return llamagen.pair_facts(name)
     raise ValueError(f"unknown model pair {name!r}; available: {', '.join(pair_loaders())}")
@@ -95,7 +60,7 @@ def load_pair(name: str = "embedded") -> ModelPair:
 
 
 def context(run: RunConfig, pair: ModelPair) -> MethodContext:
-    validate(run, pair.vocab_size, pair.grid)
+    validate(run, pair.vocab_size, pair.grid, registry())
     if run.method == "mulo" and run.params.scale not in pair.scales:
         raise ParameterError(f"scale must be one of {', '.join(map(str, pair.scales))} for the {pair.name} "
                              f"model pair; got {run.params.scale}")
@@ -159,5 +124,5 @@ def decode_image(trace_tokens, tokenizer) -> np.ndarray:
     with torch.inference_mode():
         tokens = torch.as_tensor(np.asarray(trace_tokens), dtype=torch.long)[None]
         img = tokenizer.decode(tokens.to(next(tokenizer.parameters()).device))[0].float()
-    return data.to_uint8(img)
+    return ((img.clamp(-1, 1) + 1) * 127.5).round().byte().permute(1, 2, 0).cpu().numpy()
 

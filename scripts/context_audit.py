@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core import bench, engine  # noqa: E402
 from core.config import RunConfig  # noqa: E402
-from core.evaluate import heldout  # noqa: E402
+from core.embedded.evaluate import heldout  # noqa: E402
 from core.sampling import processed as _processed  # noqa: E402
 
 

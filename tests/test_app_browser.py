@@ -73,3 +73,27 @@ def test_stop_cancels_a_running_generation_and_the_app_stays_usable(page):
     expect(page.locator("#status")).to_contain_text("Stopped")   # no late update from the cancelled run
     page.get_by_role("button", name="Generate", exact=True).click()
     expect(page.locator("#status")).to_contain_text("Done", timeout=120_000)
+
+
+def test_the_report_page_draws_the_frontier_and_the_sweep_tab_opens_its_summary(page, bench_folder, tmp_path):
+    """The page `python -m core report` writes, opened from disk; then the same run's summary in the app."""
+    import subprocess
+    import sys
+    from playwright.sync_api import expect
+    html = tmp_path / "report.html"
+    subprocess.run([sys.executable, "-m", "core", "report", str(bench_folder), "--html", str(html)], check=True,
+                   timeout=120)
+    context = page.context.browser.new_context(viewport={"width": 1400, "height": 1000})
+    report = context.new_page()
+    report.goto(html.as_uri())
+    frontier = report.locator("#frontier.js-plotly-plot")
+    expect(frontier).to_be_visible()
+    expect(frontier.locator(".scatterlayer .trace")).to_have_count(3 * 4)  # ar, mulo, zipar in four panels
+    expect(report.locator("#figures tbody tr")).to_have_count(3)
+    report.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    context.close()
+
+    page.get_by_role("tab", name="Sweep").click()
+    page.locator("#summary-file input[type=file]").set_input_files(str(bench_folder / "summary.json"))
+    expect(page.get_by_text("Opened a precomputed sweep")).to_be_visible(timeout=30_000)
+    expect(page.locator("#sweep-plot .js-plotly-plot")).to_be_visible()

@@ -63,3 +63,13 @@ def test_bad_input_comes_back_as_an_error_and_the_app_stays_up(client, tmp_path)
         client.predict(handle_file(str(bad)), False, api_name="/replay")
     out = client.predict("Raster rejection", api_name="/preset")
     assert out[h.KNOBS.index("rejection")] == "raster"
+
+
+def test_the_sweep_tab_opens_a_precomputed_summary_and_refuses_a_malformed_one(client, bench_folder, tmp_path):
+    fig, status = client.predict(handle_file(str(bench_folder / "summary.json")), api_name="/open_summary")
+    assert fig["type"] == "plotly" and "Speed–quality frontier" in fig["plot"]
+    assert status.startswith("Opened a precomputed sweep: 3 settings on 3 prompts") and "no model ran" in status
+    bad = tmp_path / "summary.json"
+    bad.write_text('{"schema": "mulo-bench/1", "summary": {"mulo": {"method": "mulo", "passes": "many"}}}')
+    with pytest.raises(Exception, match="cannot open this summary: the figures of 'mulo' lack passes_speedup"):
+        client.predict(handle_file(str(bad)), api_name="/open_summary")

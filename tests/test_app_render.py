@@ -11,7 +11,7 @@ import torch
 from app import handlers as h
 from app import plots, render, theme
 from core import engine
-from core.domain import parse_prompt
+from core.embedded.domain import parse_prompt
 from core.trace import Trace
 
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from core import domain
-from core.domain import PromptError, parse_prompt, render, sample_scene
+from core.embedded import domain
+from core.embedded.domain import PromptError, parse_prompt, render, sample_scene
 
 
 def test_the_same_seed_gives_the_same_scene_and_pixels():

@@ -6,7 +6,7 @@ import torch
 
 from core import engine
 from core.config import ParameterError, RunConfig
-from core.domain import PromptError
+from core.embedded.domain import PromptError
 from core.trace import Trace
 
 PROMPT = "a large red circle center and a small blue square top left on a striped green background"

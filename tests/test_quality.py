@@ -3,8 +3,9 @@ import dataclasses
 
 import torch
 
-from core import engine, evaluate, family
+from core import engine
 from core.config import RunConfig
+from core.embedded import evaluate, family
 
 N, GRID = 16, (16, 16)  # the 16x16 grid of the multi-resolution target: about 0.7 s per image
 

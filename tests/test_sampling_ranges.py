@@ -5,8 +5,10 @@ import dataclasses
 import pytest
 import torch
 
-from core import config, data, family
+from core import config
+from core.embedded import data, family
 from core.config import ParameterError, RunConfig, SamplingConfig, validate
+from core.methods import registry
 from core.sampling import processed
 
 PROMPT = "a large red circle center on a striped blue background"
@@ -32,7 +34,7 @@ def finite_distribution(p: torch.Tensor) -> bool:
 @pytest.mark.parametrize("top_p", [1e-6, 1.0])
 def test_the_ends_of_every_float_range_give_a_distribution(logits, cfg, temperature, top_p):
     s = SamplingConfig(cfg=cfg, temperature=temperature, top_p=top_p)
-    validate(RunConfig(sampling=s), 512, (32, 32))
+    validate(RunConfig(sampling=s), 512, (32, 32), registry())
     assert finite_distribution(processed(logits, s))
 
 
@@ -42,4 +44,4 @@ def test_just_outside_the_ranges_sampling_breaks_and_validation_refuses(logits, 
     s = dataclasses.replace(SamplingConfig(), **{field: value})
     assert not finite_distribution(processed(logits, s))     # negative control: what the range prevents
     with pytest.raises(ParameterError, match=f"^{field} must be"):
-        validate(RunConfig(sampling=s), 512, (32, 32))
+        validate(RunConfig(sampling=s), 512, (32, 32), registry())

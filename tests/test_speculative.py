@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from core import engine, family
+from core import engine
 from core.acceptance import exact_accept_prob, relaxed_target, residual
 from core.config import RunConfig, SamplingConfig
+from core.embedded import family
 from core.methods import sd
 
 PROMPT = "a large red circle center on a striped blue background"
@@ -107,7 +108,7 @@ def embedded_row():
     pair = engine.load_pair("embedded")
     if pair.small is None:
         pytest.fail("the shipped same-resolution drafter is missing from assets/")
-    return dataclasses.replace(pair, grid=GRID, caption=lambda prompt, grid: engine._embedded_caption(prompt, (32, 32)))
+    return dataclasses.replace(pair, grid=GRID, caption=lambda prompt, grid: family.caption(prompt, (32, 32)))
 
 
 @pytest.fixture(scope="module")

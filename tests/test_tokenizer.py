@@ -1,7 +1,7 @@
 import torch
 
-from core import data
-from core.evaluate import heldout
+from core.embedded import data
+from core.embedded.evaluate import heldout
 
 
 def test_images_round_trip_through_the_tokenizer(tokenizer):

@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from core import data, family, train
+from core.embedded import data, family, train
 from core.models.gpt import GPT
 
 ASSETS = family.ASSETS

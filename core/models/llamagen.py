@@ -3,7 +3,7 @@
 Owns: the registry of LlamaGen sizes and official checkpoints, reading their state dicts (.pt with the
 weights under "model", "module" or "state_dict", a bare FSDP state dict, or .safetensors) from a local
 folder, FLAN-T5-XL caption features left-padded with their masks as LlamaGen's sample_t2i.py does,
-and the engine.ModelPair of a pair: t2i stage-2 (32x32) target with the stage-1 (16x16) drafter, or
+and the ModelPair of a pair: t2i stage-2 (32x32) target with the stage-1 (16x16) drafter, or
 one c2i model at its grid (with GPT-B at the same grid as the small drafter of a larger model).
 
 Nothing here touches the network unless asked: weights come from `weights_dir`, else the folder named
@@ -27,6 +27,7 @@ from ..config import SamplingConfig
 from . import hub as hf
 from .caption_text import clean_caption
 from .gpt import GPT, GPTConfig
+from .pair import ModelPair
 from .vq import VQConfig, VQModel
 
 ENV_DIR = "MULO_LLAMAGEN_DIR"
@@ -311,9 +312,8 @@ def default_dtype(device) -> torch.dtype:
 def assemble(name: str, target: GPT, tokenizer: VQModel, grid: tuple[int, int], caption: Callable,
              drafter: GPT | None = None, small: GPT | None = None, scales: tuple = (), device="cpu",
              dtype: torch.dtype | None = None):
-    """engine.ModelPair from built models; the GPTs in dtype (bf16 on CUDA by default), the tokenizer
+    """ModelPair from built models; the GPTs in dtype (bf16 on CUDA by default), the tokenizer
     in float32 (code lookup). Without a drafter the target serves its own grid only."""
-    from ..engine import ModelPair
     dtype = dtype or default_dtype(device)
     target, drafter, small = (m.to(device=device, dtype=dtype) if m is not None else None
                               for m in (target, drafter, small))
@@ -324,7 +324,7 @@ def assemble(name: str, target: GPT, tokenizer: VQModel, grid: tuple[int, int], 
 
 def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None, device="cpu",
               dtype: torch.dtype | None = None, captions: Callable | None = None, hub: bool = False):
-    """engine.ModelPair of a PAIRS entry from official checkpoints (see locate for where they are read).
+    """ModelPair of a PAIRS entry from official checkpoints (see locate for where they are read).
 
     captions: prompt -> ((120, 2048), (120,)) for t2i (T5Captions, FeatureCaptions); default: a local FLAN-T5-XL."""
     if name not in PAIRS:

@@ -12,8 +12,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..config import RunConfig
+from ..distributed import Ranks, gather, shard
 from . import data, family
-from .config import RunConfig
 from .domain import Scene
 from .evaluation import adherence, frechet_distance
 
@@ -27,16 +28,25 @@ def reference_features(scenes: list[Scene], classifier) -> np.ndarray:
         return classifier.read(data.image_batch(scenes, 64))[1].numpy()
 
 
-def quality(images: list[np.ndarray], scenes: list[Scene], classifier) -> dict:
-    """Prompt adherence and Fréchet distance (vs ground-truth renders of the same scenes)."""
+def read_images(images: list[np.ndarray], scenes: list[Scene], classifier) -> tuple[list[float], np.ndarray]:
+    """Per image: its adherence to its scene, and the classifier's features (n, F) for Fréchet distances."""
     with torch.inference_mode():
         x = torch.stack([data.to_tensor(im) for im in images])
         if x.shape[-1] != 64:
             x = F.interpolate(x, size=64, mode="bilinear", align_corners=False)
         reads, feats = classifier.read(x)
-    adh = [adherence(s, r) for s, r in zip(scenes, reads)]
-    fd = frechet_distance(feats.numpy(), reference_features(scenes, classifier)) if len(images) > 2 else float("nan")
-    return dict(adherence=float(np.mean(adh)), frechet=fd, n=len(images))
+    return [adherence(s, r) for s, r in zip(scenes, reads)], feats.numpy()
+
+
+def set_frechet(features: np.ndarray, scenes: list[Scene], classifier) -> float:
+    """Fréchet distance of a set's features (n, F) to ground-truth renders of its scenes (nan below 3)."""
+    return frechet_distance(features, reference_features(scenes, classifier)) if len(scenes) > 2 else float("nan")
+
+
+def quality(images: list[np.ndarray], scenes: list[Scene], classifier) -> dict:
+    """Prompt adherence and Fréchet distance (vs ground-truth renders of the same scenes)."""
+    adh, feats = read_images(images, scenes, classifier)
+    return dict(adherence=float(np.mean(adh)), frechet=set_frechet(feats, scenes, classifier), n=len(images))
 
 
 def tokenizer_figures(n: int, progress: Callable) -> dict:
@@ -87,23 +97,31 @@ def classifier_figures(n: int, progress: Callable) -> dict:
     return dict(heldout_images=n, accuracy=out)
 
 
-def ar_figures(n: int, progress: Callable, grids=(32, 16, 8)) -> dict:
-    from . import engine
+def ar_figures(n: int, progress: Callable, grids=(32, 16, 8), ranks: Ranks = Ranks()) -> dict | None:
+    """ar at each grid on n held-out prompts; under torchrun each rank decodes every world-th prompt and
+    rank 0 scores the gathered images (the figures of one process). None on ranks other than 0."""
+    from .. import engine
     pair = engine.load_pair("embedded")
     clf = family.load_classifier()
     scenes = heldout(n)
+    mine = shard(n, ranks)
     out = {}
     for g in grids:
         gp = dataclasses.replace(pair, grid=(g, g))
-        images, walls = [], []
-        for i, s in enumerate(scenes):
-            tr = engine.run(RunConfig(method="ar", prompt=s.caption(), seed=i), gp)
-            images.append(engine.decode_image(tr.tokens, pair.tokenizer))
-            walls.append(tr.totals["wall_ms"])
-            progress(i + 1, n, f"{g}x{g}")
-        q = quality(images, scenes, clf)
+        runs = []
+        for k, i in enumerate(mine):
+            tr = engine.run(RunConfig(method="ar", prompt=scenes[i].caption(), seed=i), gp)
+            runs.append((i, engine.decode_image(tr.tokens, pair.tokenizer), tr.totals["wall_ms"]))
+            progress(k + 1, len(mine), f"{g}x{g}")
+        parts = gather(runs, ranks)
+        if parts is None:
+            continue
+        runs = sorted((r for part in parts for r in part), key=lambda r: r[0])
+        q = quality([im for _, im, _ in runs], scenes, clf)
         out[f"{g}x{g}"] = dict(adherence=round(q["adherence"], 4), frechet=round(q["frechet"], 3),
-                               mean_wall_s=round(float(np.mean(walls)) / 1000, 3), prompts=n)
+                               mean_wall_s=round(float(np.mean([w for _, _, w in runs])) / 1000, 3), prompts=n)
+    if not ranks.main:
+        return None
     out["reference_frechet_noise_floor"] = round(_split_half_frechet(n, clf), 3)
     return out
 
@@ -115,13 +133,18 @@ def _split_half_frechet(n: int, clf) -> float:
     return frechet_distance(a, b)
 
 
-def run(what: str, n: int, progress: Callable, grids=(32, 16, 8), record: bool = False) -> dict:
-    if what == "tokenizer":
+def run(what: str, n: int, progress: Callable, grids=(32, 16, 8), record: bool = False,
+        ranks: Ranks = Ranks()) -> dict | None:
+    """The figures on rank 0 (None on the others). Only ar is sharded across ranks; the tokenizer and
+    classifier figures are batched passes that rank 0 computes alone."""
+    if what == "ar":
+        figs = ar_figures(n, progress, grids, ranks)
+    elif not ranks.main:
+        return None
+    elif what == "tokenizer":
         figs = tokenizer_figures(n, progress)
-    elif what == "classifier":
-        figs = classifier_figures(n, progress)
     else:
-        figs = ar_figures(n, progress, grids)
-    if record:
+        figs = classifier_figures(n, progress)
+    if record and figs is not None:
         family.record_evaluation({"ar": "target"}.get(what, what), figs)
     return figs

@@ -37,11 +37,6 @@ def to_tensor(img: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(img).permute(2, 0, 1).float() / 127.5 - 1.0
 
 
-def to_uint8(img: torch.Tensor) -> np.ndarray:
-    """(3, S, S) float in [-1, 1] -> (S, S, 3) uint8."""
-    return ((img.clamp(-1, 1) + 1) * 127.5).round().byte().permute(1, 2, 0).cpu().numpy()
-
-
 def caption_ids(prompt: str, grid: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded (P,) word ids ending with the grid token followed by the layout ids the parsed
     prompt gives (see layout_ids), and the (P,) prefix mask.

@@ -13,11 +13,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..config import SamplingConfig
+from ..models.gpt import GPT, GPTConfig
+from ..models.pair import ModelPair
+from ..models.vq import VQConfig, VQModel
+from . import data
+from .domain import canonical_prompt
 from .evaluation import Classifier, ClassifierConfig
-from .models.gpt import GPT, GPTConfig
-from .models.vq import VQConfig, VQModel
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DESCRIPTION = "the shipped procedural-scenes family, 32x32 tokens, drafters 16x16 and 8x8"
+ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 MANIFEST = "manifest.json"
 FILES = {"tokenizer": "tokenizer.safetensors", "target": "target.safetensors",
          "drafter": "drafter.safetensors", "classifier": "classifier.safetensors"}
@@ -94,3 +99,25 @@ def record_evaluation(name: str, figures: dict, assets: Path = ASSETS) -> None:
     manifest = read_manifest(assets)
     manifest["models"][name].setdefault("evaluation", {}).update(figures)
     (assets / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def caption(prompt: str, grid: tuple[int, int]):
+    """ModelPair.caption of the family: the canonical caption's word and layout ids for the grid."""
+    return data.caption_ids(canonical_prompt(prompt), grid[0])
+
+
+def load_pair() -> ModelPair:
+    """The "embedded" pair: the multi-resolution target (its own drafter at 16x16 and 8x8), the small
+    same-resolution drafter when shipped, and the tokenizer."""
+    tok = load_tokenizer()
+    target = load_gpt("target")
+    small = load_gpt("drafter") if (ASSETS / FILES["drafter"]).exists() else None
+    return ModelPair("embedded", target, target, small, tok, (32, 32), caption, tok.neighbours(tok.vocab_size - 1))
+
+
+def pair_facts() -> dict:
+    """Codebook size, mulo scales, default sampling and prompt kind of the pair, read from the manifest
+    (nothing loaded)."""
+    vocab = read_manifest()["models"]["tokenizer"]["config"]["codebook_size"]
+    return dict(vocab_size=vocab, scales=(2, 4), sampling=SamplingConfig(),
+                prompt="the domain's words (sizes, colours, shapes, places, backgrounds)")

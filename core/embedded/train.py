@@ -16,13 +16,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ..models.gpt import GPT, GPTConfig
+from ..models.vq import VQConfig, VQModel
 from . import data
 from .evaluation import Classifier, ClassifierConfig, attribute_targets
-from .models.gpt import GPT, GPTConfig
-from .models.vq import VQConfig, VQModel
 
 JOBS = ("tokenizer", "target", "drafter", "classifier")
-# the embedded family's configurations (the target serves all three grids; see core/family.py)
+# the embedded family's configurations (the target serves all three grids; see family.py)
 TOKENIZER = VQConfig()
 TARGET = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=128, n_layer=4, n_head=4, prefix_len=data.CAPTION_LEN,
                    caption_dim=64, caption_vocab=data.CAPTION_VOCAB, rope_ref_grid=32,

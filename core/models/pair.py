@@ -1,0 +1,30 @@
+"""ModelPair: a target, its drafters and their shared tokenizer, as the engine runs them.
+
+The type sits below the engine and every family's loader (the embedded family, LlamaGen), so a
+loader builds a pair without importing the engine that runs it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class ModelPair:
+    """A target, its drafters and their shared tokenizer."""
+    name: str
+    target: torch.nn.Module             # GPT at the target grid
+    multiscale: torch.nn.Module         # GPT serving the low-res grids (mulo's drafter)
+    small: torch.nn.Module | None       # same-resolution small drafter (sd, lantern)
+    tokenizer: torch.nn.Module
+    grid: tuple[int, int]
+    caption: Callable                   # (prompt, grid) -> ((P,) ids or features, (P,) mask)
+    neighbours: torch.Tensor            # (V, K) nearest codes, nearest first
+    scales: tuple = (2, 4)              # up-scale factors r the multiscale drafter serves
+    device: str = "cpu"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
