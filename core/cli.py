@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     from .embedded.domain import PromptError
     from .embedded.family import AssetError
     from .models.llamagen import UnsafeCheckpoint
-    from .train import CheckpointError
+    from .embedded.train import CheckpointError
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
