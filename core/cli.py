@@ -255,10 +255,15 @@ def _bench(args) -> int:
     if args.prompts < 1:
         raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
     check_outputs(**{"--json": (args.json, {".json"})})
+    base = run_config(args, "ar")
+    for spec in (m for m in args.methods.split(",") if m):   # a bad value names its spec, before any rank starts
+        try:
+            bench.parse_spec(spec, base)
+        except ValueError as e:
+            raise UsageError(str(e) if str(e).startswith("method spec") else f"method spec {spec!r}: {e}") from None
     ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
-    base = run_config(args, "ar")
     bar = RankBar(ranks)
     signal.signal(signal.SIGTERM, _interrupt)  # a pre-empted job stops like Ctrl-C: every finished record stays
     try:
