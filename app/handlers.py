@@ -7,8 +7,8 @@ the problem, raised here at the boundary so the app stays up.
 from __future__ import annotations
 
 import logging
+import math
 import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -27,9 +27,9 @@ from core.embedded.domain import COLS, ROWS, PromptError, parse_prompt
 from core.embedded.evaluate import quality as measured_quality
 from core.methods import registry
 from core.models import hub
-from core.trace import MAX_BYTES, Trace, TraceError
+from core.trace import MAX_BYTES, Limits, Trace, TraceError
 
-from . import plots, render
+from . import files, plots, render
 
 try:
     import spaces
@@ -102,44 +102,97 @@ def user_errors(what: str = ""):
     try:
         yield
     except (ParameterError, PromptError, TraceError) as e:
-        raise user_error(f"{what}{with_symbol(str(e))}") from None
+        raise user_error(_plain(f"{what}{with_symbol(str(e))}")) from None
+
+
+def _plain(text: str) -> str:
+    """A message shown by the page, with any markup a client slipped into it made inert."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _whole(v) -> int:
+    """A whole number from what a client sent: an int exactly (seeds up to 2^63 - 1), an integral
+    float (a slider's 16.0) or the text of either (ValueError otherwise)."""
+    if isinstance(v, str):
+        v = v.strip()
+        return int(v) if v.lstrip("-").isdigit() else _whole(float(v))
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise ValueError
+
+
+def _knob(name: str, v):
+    """One knob's value as the engine takes it, from whatever a client sent (ValueError if it cannot be)."""
+    if name in _INTS:
+        return _whole(v)
+    if name in _FLOATS:
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ValueError
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError
+        return v
+    if name == "model" and v is None:
+        return RunConfig.model
+    if name == "prompt" and v is None:
+        return ""
+    if not isinstance(v, str):
+        raise ValueError
+    return v
 
 
 def run_config(*knobs) -> RunConfig:
-    """The RunConfig of knob values given in KNOBS order (gr.Error for a value of the wrong type)."""
+    """The RunConfig of knob values given in KNOBS order, as any client may send them (gr.Error
+    naming the knob for a value of the wrong type; the ranges are checked by the engine)."""
     if len(knobs) != len(KNOBS):
         raise user_error(f"expected {len(KNOBS)} knob values ({', '.join(KNOBS)}); got {len(knobs)}")
-    values = dict(zip(KNOBS, knobs))
-    for name, v in values.items():
+    values = {}
+    for name, v in zip(KNOBS, knobs):
         try:
-            if name in _INTS:
-                if v is None or float(v) != int(float(v)):
-                    raise ValueError
-                values[name] = int(float(v))
-            elif name in _FLOATS:
-                values[name] = float(v)
-        except (TypeError, ValueError):
-            raise user_error(f"{name} must be {'an integer' if name in _INTS else 'a number'}; got {v}") from None
-    return RunConfig(method=str(values["method"]), prompt=str(values["prompt"] or ""), seed=values["seed"],
+            values[name] = _knob(name, v)
+        except (TypeError, ValueError, OverflowError):
+            kind = "an integer" if name in _INTS else "a finite number" if name in _FLOATS else "text"
+            raise user_error(f"{name} must be {kind}; got {_short(v)}") from None
+    return RunConfig(method=values["method"], prompt=values["prompt"], seed=values["seed"],
                      sampling=SamplingConfig(**{f: values[f] for f in _SAMPLING_FIELDS}),
-                     params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}),
-                     model=str(values["model"] or RunConfig.model))
+                     params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}), model=values["model"])
+
+
+def _short(v) -> str:
+    """A value a client sent, quoted for a message: at most 40 characters, no markup."""
+    s = repr(v)
+    s = s if len(s) <= 40 else s[:37] + "..."
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def checked(cfg: RunConfig):
-    """The model pair for cfg, after the engine's validation (gr.Error on bad input)."""
+    """The model pair for cfg, after the engine's validation (gr.Error on bad input). Only the pairs
+    the Model pair menu offers (engine.found_pairs) are loaded: a client cannot make the app look
+    for other weights."""
+    found = engine.found_pairs()
+    if cfg.model not in found:
+        from core.models import llamagen
+        if cfg.model in llamagen.PAIRS:   # named without the server's folders
+            needs = ", ".join(llamagen.CHECKPOINTS[k].file for k in llamagen.pair_files(cfg.model))
+            raise user_error(f"the {cfg.model} pair's weights are not on this machine: it needs {needs} in the "
+                             f"folder named by {llamagen.ENV_DIR} (see the README)")
+        raise user_error(f"model must be one of {', '.join(found)}; got {_short(cfg.model)}")
     try:
         pair = engine.load_pair(cfg.model)
         with user_errors():
             engine.context(cfg, pair)
     except gr.Error:
         raise
-    except (ValueError, OSError) as e:  # unknown pair, bad prompt for it, weights missing or unreadable
-        raise user_error(str(e)) from None
+    except (ValueError, OSError) as e:  # bad prompt for the pair, weights unreadable
+        raise user_error(_plain(str(e))) from None
     return pair
 
 
 def model_facts(name: str) -> dict:
+    if not isinstance(name, str) or name not in engine.found_pairs():
+        raise user_error(f"model must be one of {', '.join(engine.found_pairs())}; got {_short(name)}")
     try:
         return engine.pair_facts(name)
     except ValueError as e:
@@ -357,13 +410,6 @@ def regrid(state: dict | None, show_grid: bool) -> tuple:
     return views(state, show_grid) if state else tuple(gr.skip() for _ in VIEWS)
 
 
-def _trace_file(trace: Trace) -> str:
-    path = os.path.join(tempfile.mkdtemp(prefix="mulo-"), f"trace-{trace.method}-seed{trace.seed}.json")
-    with open(path, "w") as f:
-        f.write(trace.to_json())
-    return path
-
-
 log = logging.getLogger("mulo.app")
 
 
@@ -377,8 +423,10 @@ class Stopped(Exception):
     """The session pressed Stop; the run ends at its next step."""
 
 
-_running: dict[str | None, str] = {}    # session -> what it is running now (Generate, Compare, Sweep)
-_stop_at: dict[str | None, float] = {}  # session -> when Stop was last pressed
+STOPS_KEPT = 1024                            # Stop requests remembered at most (the oldest go first)
+_stop_lock = threading.Lock()
+_running: dict[str | None, str] = {}         # session -> what it is running now (Generate, Compare, Sweep)
+_stop_requests: OrderedDict = OrderedDict()  # session -> when Stop was last pressed during its run
 
 
 def _session(request: gr.Request | None) -> str | None:
@@ -389,7 +437,8 @@ def _session(request: gr.Request | None) -> str | None:
 def running(session: str | None, what: str):
     """Mark the session's run for `stop`; a Stop pressed before the run started does not end it."""
     _running[session] = what
-    _stop_at.pop(session, None)
+    with _stop_lock:
+        _stop_requests.pop(session, None)
     try:
         yield
     finally:
@@ -397,7 +446,7 @@ def running(session: str | None, what: str):
 
 
 def check_stop(session: str | None) -> None:
-    if session in _stop_at:
+    if session in _stop_requests:
         raise Stopped
 
 
@@ -412,12 +461,24 @@ def run_stoppable(cfg: RunConfig, pair, session: str | None = None) -> Trace:
 
 def stop(request: gr.Request):
     """The Stop button: the session's Generate, Compare or Sweep ends at its next step and says so
-    itself (its last update restores a consistent page). Says so when nothing is running."""
+    itself (its last update restores a consistent page). Says so when nothing is running. Only the
+    caller's own session is flagged, and at most STOPS_KEPT sessions are remembered."""
     session = _session(request)
     if session not in _running:
         return "Nothing is running: Stop ends a Generate, Compare or Sweep while it runs."
-    _stop_at[session] = time.time()
+    with _stop_lock:
+        _stop_requests[session] = time.time()
+        _stop_requests.move_to_end(session)
+        while len(_stop_requests) > STOPS_KEPT:
+            _stop_requests.popitem(last=False)
     return gr.skip()
+
+
+def forget(request: gr.Request) -> None:
+    """A session ended (its page closed): drop what the app keeps for it outside gr.State."""
+    if request is not None:
+        with _stop_lock:
+            _stop_requests.pop(request.session_hash, None)
 
 
 _steps_seen: dict[tuple, int] = {}   # (method, params, grid) -> steps of the last such run, for "about N"
@@ -452,7 +513,7 @@ def _live(status: str, live=None, stale: bool = True) -> tuple:
     not), every view itself left as is."""
     out = [gr.skip()] * (5 + len(VIEWS))
     out[1] = status
-    out[3] = gr.Image(value=live, visible=True) if live is not None else gr.skip()
+    out[3] = gr.update(value=live, visible=True) if live is not None else gr.skip()
     out[4] = gr.Column(elem_classes=["results", "stale"] if stale else ["results"])
     return tuple(out)
 
@@ -493,6 +554,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
     Yields (state, status, trace file, live canvas, results column, *VIEWS). After Stop the page
     shows the previous run's complete views, and says so."""
     session = _session(request)
+    show_grid = show_grid is True
     run = run_config(*knobs)
     yield from fetching(run.model)
     pair = checked(run)
@@ -513,7 +575,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                     trace = out
                     break
                 n += 1
-                if session in _stop_at:
+                if session in _stop_requests:
                     yield _stopped(run.method, f"at step {n - 1} of about {max(about, n)}")
                     return
                 live.apply(out.to_dict())
@@ -539,38 +601,59 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                 return
             timed = dict(run=run_at, baseline=base_at, baseline_remembered=remembered)
     state = dict(trace=trace, baseline=baseline, timed=timed)
-    yield (state, f"Done: **{run.method}**, seed {run.seed}.", _trace_file(trace), gr.Image(value=None, visible=False),
-           gr.Column(elem_classes=["results"]), *views(state, show_grid))
+    yield (state, f"Done: **{run.method}**, seed {run.seed}.", files.trace_file(trace),
+           gr.update(value=None, visible=False), gr.Column(elem_classes=["results"]), *views(state, show_grid))
 
 
 def _stopped(method: str, when: str) -> tuple:
     """The last update of a stopped Generate: live panel gone, previous views no longer stale."""
     out = list(_live(f"Stopped **{method}** {when}. The views show the previous run, complete (or nothing, "
                      "if there was none); press Generate to start again.", stale=False))
-    out[3] = gr.Image(value=None, visible=False)
+    out[3] = gr.update(value=None, visible=False)
     return tuple(out)
 
 
+def trace_limits(name: str) -> Limits:
+    """What a trace made with the pair `name` may hold: that pair's grids and codebook. Only pairs
+    found on this machine qualify (ValueError otherwise), so a file never makes the app load weights
+    it would not offer in its own menu."""
+    found = engine.found_pairs()
+    if name not in found:
+        raise ValueError(f"it was made with the model pair {name!r}, which is not on this machine "
+                         f"(available: {', '.join(found)})")
+    pair = engine.load_pair(name)
+    H, W = pair.grid
+    return Limits((H, W), tuple((H // r, W // r) for r in pair.scales if H % r == 0 and W % r == 0),
+                  pair.vocab_size)
+
+
 def load_trace(path: str | None) -> Trace:
-    """Read an uploaded trace as data only: size, JSON, schema and grids checked (gr.Error otherwise)."""
+    """Read an uploaded trace as data only: size, JSON, every field's type and range, and its grids
+    against the model pair's own, before anything is sized by them (gr.Error otherwise)."""
     if not path:
         raise user_error("no file: choose a trace JSON file to replay")
-    size = os.path.getsize(path)
-    if size > MAX_BYTES:
-        raise user_error(f"the trace file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
-    with open(path, "rb") as f:
-        text = f.read()
-    with user_errors("cannot replay this trace: "):
-        trace = Trace.from_json(text)
+    if not os.path.isfile(path):
+        raise user_error("the uploaded file is gone (each upload is read once): upload it again")
     try:
-        pair = engine.load_pair(trace.model)
-    except ValueError as e:
-        raise user_error(f"cannot replay this trace: {e}") from None
-    top = max(max(map(max, g)) for g in (trace.tokens, trace.proposal, trace.draft) if g is not None)
-    if top >= pair.vocab_size:
-        raise user_error(f"cannot replay this trace: token {top} is outside the {pair.name} codebook "
-                       f"(size {pair.vocab_size})")
-    return trace
+        with user_errors("cannot replay this trace: "):
+            size = os.path.getsize(path)
+            if size > MAX_BYTES:
+                raise TraceError(f"the file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are read")
+            with open(path, "rb") as f:
+                text = f.read()
+            return Trace.from_json(text, trace_limits)
+    finally:
+        _forget_upload(path)
+
+
+def _forget_upload(path: str) -> None:
+    """An upload is read once: remove it from the cache folder (the replayed trace is offered for
+    download again), whether or not it could be replayed."""
+    if os.path.realpath(path).startswith(os.path.realpath(files.cache_folder()) + os.sep):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def replay(path, show_grid=False):
@@ -580,10 +663,10 @@ def replay(path, show_grid=False):
     try:
         shown = views(state, show_grid)
     except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise user_error(f"cannot replay this trace: its steps are malformed ({type(e).__name__}: {e})") from None
+        raise user_error(f"cannot replay this trace: its steps are malformed ({type(e).__name__})") from None
     return (state, f"Replayed an uploaded **{trace.method}** trace (seed {trace.seed}); no model ran. It has "
                    "no ar baseline: press *Run or re-time the ar baseline* (Run tab) to time one.",
-            _trace_file(trace), *shown)
+            files.trace_file(trace), *shown)
 
 
 def scrub(state, n, show_grid=False):
@@ -591,9 +674,14 @@ def scrub(state, n, show_grid=False):
     if not state:
         return None, "Generate an image first; then drag the slider to replay the run."
     trace = state["trace"]
-    n = int(n or 0)
+    total = len(trace.steps)
+    try:
+        n = _whole(0 if n is None else n)
+    except (TypeError, ValueError, OverflowError):
+        raise user_error(f"step must be a whole number from 0 to {total}; got {_short(n)}") from None
+    n = min(max(n, 0), total)
     tok = engine.load_pair(trace.model).tokenizer
-    return render.canvas_image(render.replay(trace, n), tok, show_grid), render.step_caption(trace, n)
+    return render.canvas_image(render.replay(trace, n), tok, show_grid is True), render.step_caption(trace, n)
 
 
 def inspect_cell(state, evt: gr.SelectData):
@@ -601,7 +689,12 @@ def inspect_cell(state, evt: gr.SelectData):
     if not state:
         return "Generate an image first, then click a cell of the proposal."
     trace = state["trace"]
-    x, y = evt.index[:2]
+    try:
+        x, y = (float(v) for v in evt.index[:2])
+    except (TypeError, ValueError):
+        raise user_error(f"a cell is picked by its pixel (x, y); got {_short(evt.index)}") from None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        raise user_error(f"a cell is picked by its pixel (x, y); got {_short(evt.index)}")
     i, j = render.cell_at(x, y, tuple(trace.grid["target"]))
     return render.cell_details(trace, render.verdict(trace), i, j)
 

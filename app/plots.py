@@ -6,6 +6,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from core.trace import PHASES
+
 from . import theme
 from .render import Tests, Verdict
 
@@ -98,7 +100,10 @@ def _test_heatmap(trace, t: Tests) -> go.Figure:
     return fig
 
 
-def _segments(steps: list[dict]):
+MAX_BARS = 240   # bars per lane: beyond this many phase changes the lane is drawn in equal slices of time
+
+
+def _segments(steps: list[dict]) -> list[tuple]:
     """Merge consecutive steps of one phase: (phase, start_ms, length_ms, steps, nfe)."""
     out, t = [], 0.0
     for s in steps:
@@ -111,21 +116,61 @@ def _segments(steps: list[dict]):
     return out
 
 
-def timeline(trace, baseline=None) -> go.Figure:
-    """Phases of the run on one wall-clock axis, one lane per method (the ar baseline below it)."""
-    fig = go.Figure()
+def _slices(steps: list[dict], most: int) -> list[tuple]:
+    """The run cut into `most` equal slices of wall clock, each drawn in the phase that took most of
+    it, consecutive slices of one phase merged: (phase, start_ms, length_ms, steps, nfe). Costs one
+    pass over the steps, however many there are."""
+    ms = np.array([s["wall_ms"] for s in steps], dtype=np.float64)
+    ends = np.cumsum(ms)
+    total = float(ends[-1]) if len(ends) else 0.0
+    if total <= 0.0:
+        return _segments(steps)[:most]
+    edges = np.linspace(0.0, total, most + 1)
+    bounds = np.concatenate([[0.0], ends])
+    phase_of = np.array([PHASE_INDEX[s["phase"]] for s in steps])
+    share = np.zeros((most, len(PHASE_INDEX)))            # ms of each phase inside each slice
+    for p in np.unique(phase_of):
+        spent = np.concatenate([[0.0], np.cumsum(np.where(phase_of == p, ms, 0.0))])
+        share[:, p] = np.diff(np.interp(edges, bounds, spent))
+    home = np.minimum(((ends - ms / 2) / total * most).astype(int), most - 1)   # the slice of each step's middle
+    n_steps = np.bincount(home, minlength=most)
+    nfe = np.bincount(home, weights=[s["nfe"] for s in steps], minlength=most)
+    out = []
+    for k, p in enumerate(share.argmax(axis=1)):
+        if out and out[-1][0] == PHASES[p]:
+            ph, start, length, n, f = out[-1]
+            out[-1] = (ph, start, length + edges[k + 1] - edges[k], n + int(n_steps[k]), f + int(nfe[k]))
+        else:
+            out.append((PHASES[p], float(edges[k]), float(edges[k + 1] - edges[k]), int(n_steps[k]), int(nfe[k])))
+    return out
+
+
+PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
+
+
+def timeline(trace, baseline=None, most: int = MAX_BARS) -> go.Figure:
+    """Phases of the run on one wall-clock axis, one lane per method (the ar baseline below it). One
+    Plotly trace per phase and at most `most` bars per lane, so the figure's size follows the phases
+    of the run, not its number of steps."""
     lanes = [(trace.method, trace)] + ([("ar baseline", baseline)] if baseline is not None else [])
-    shown = set()
+    bars: dict[str, list] = {}
     for lane, tr in lanes:
-        for phase, start, length, n, nfe in _segments(tr.steps):
-            fig.add_trace(go.Bar(
-                x=[length], base=[start], y=[lane], orientation="h", name=phase,
-                marker_color=theme.PHASES[phase], legendgroup=phase, showlegend=phase not in shown,
-                hovertemplate=f"{phase}: {n} step(s), {nfe} NFE, {length:.1f} ms<extra>{lane}</extra>"))
-            shown.add(phase)
+        segments = _segments(tr.steps)
+        if len(segments) > most:
+            segments = _slices(tr.steps, most)
+        for phase, start, length, n, nfe in segments:
+            bars.setdefault(phase, []).append((lane, start, length, n, nfe))
+    fig = go.Figure()
+    for phase, rows in bars.items():
+        lane, start, length, n, nfe = zip(*rows)
+        fig.add_trace(go.Bar(
+            x=length, base=start, y=lane, orientation="h", name=phase, marker_color=theme.PHASES[phase],
+            customdata=np.stack([n, nfe], axis=-1),
+            hovertemplate=f"{phase}: %{{customdata[0]}} step(s), %{{customdata[1]}} NFE, %{{x:.1f}} ms"
+                          "<extra>%{y}</extra>"))
     fig.update_layout(barmode="overlay", height=150 + 60 * len(lanes), margin=dict(MARGIN, t=70),
                       xaxis_title="wall clock (ms)", title=dict(text="Where the time goes", y=0.97),
-                      yaxis=dict(autorange="reversed"),
+                      yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=[n for n, _ in lanes]),
                       legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", xanchor="left"))
     return fig
 

@@ -3,15 +3,45 @@ event calls a function of app.handlers. Model-running events share one queue slo
 from __future__ import annotations
 
 import gradio as gr
+import numpy as np
 
 from core import engine
 from core.config import (CONTEXT_MODES, COOL_NORMS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS,
                          UPSAMPLERS)
 from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
+from core.trace import MAX_BYTES
 
+from . import files
 from . import handlers as h
 from . import theme
+
+# what keeps one host safe for many users (README, "Hosting safely"): a bounded queue, uploads no
+# larger than a trace may be, a bounded number of sessions kept, and the cache swept on a schedule
+QUEUE = dict(default_concurrency_limit=4, max_size=32)
+STATE_TTL_S = 3600          # a session's run is dropped this long after it was made
+LAUNCH = dict(max_file_size=MAX_BYTES, state_session_capacity=256, app_kwargs=dict(lifespan=files.sweeping),
+              theme=theme.THEME, css=theme.CSS)
+
+
+def _as_files(cls):
+    """cls (an image-showing component) that writes arrays as cached PNG files itself (app.files),
+    so that a file being served is never rewritten; the browser sees the same component."""
+    class Component(cls):
+        is_template = True   # the front end draws it as cls
+
+        def postprocess(self, value):
+            if isinstance(value, np.ndarray):
+                value = files.png(value)
+            elif isinstance(value, list):   # a gallery: images or (image, caption) pairs
+                value = [(files.png(v[0]), *v[1:]) if isinstance(v, tuple) and isinstance(v[0], np.ndarray)
+                         else files.png(v) if isinstance(v, np.ndarray) else v for v in value]
+            return super().postprocess(value)
+    Component.__name__ = Component.__qualname__ = cls.__name__
+    return Component
+
+
+Image, Gallery = _as_files(gr.Image), _as_files(gr.Gallery)
 
 EXAMPLES = [
     "a large red circle center on a striped blue background",
@@ -60,8 +90,8 @@ def _explain(key: str) -> gr.Markdown:
 def _grid(label: str, elem_id: str) -> gr.Image:
     # min_width wraps the four panels two by two on narrow screens rather than putting their labels
     # under the download and fullscreen buttons
-    return gr.Image(label=label, type="numpy", format="png", interactive=False, height=240, elem_id=elem_id,
-                    elem_classes=["token-grid"], buttons=["download", "fullscreen"], min_width=200)
+    return Image(label=label, type="numpy", format="png", interactive=False, height=240, elem_id=elem_id,
+                 elem_classes=["token-grid"], buttons=["download", "fullscreen"], min_width=200)
 
 
 def _slider(name: str, label: str, info: str | None = None, **kw) -> gr.Slider:
@@ -181,8 +211,8 @@ PAGE_URL_JS = "(url, ...rest) => [window.location.origin + window.location.pathn
 
 def build_demo() -> gr.Blocks:
     pair = engine.load_pair("embedded")
-    with gr.Blocks(title="MuLo-SD Explorer") as demo:
-        state = gr.State()
+    with gr.Blocks(title="MuLo-SD Explorer", delete_cache=(min(60, files.CACHE_AGE_S), files.CACHE_AGE_S)) as demo:
+        state = gr.State(time_to_live=STATE_TTL_S)
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=1, min_width=340):
@@ -213,9 +243,9 @@ def build_demo() -> gr.Blocks:
                         # the run's status sits over its live canvas, so long messages never push the
                         # knobs under Generate off the screen
                         status = gr.Markdown(elem_id="status")
-                        live = gr.Image(label="This run, as it streams (drafter q | target p)", type="numpy",
-                                        format="png", interactive=False, visible=False, elem_id="live",
-                                        elem_classes=["token-grid"], buttons=[])
+                        live = Image(label="This run, as it streams (drafter q | target p)", type="numpy",
+                                     format="png", interactive=False, visible=False, elem_id="live",
+                                     elem_classes=["token-grid"], buttons=[])
                         with gr.Column(elem_classes=["results"], elem_id="results") as results:
                             explain_images = _explain("images")
                             with gr.Row():
@@ -242,16 +272,16 @@ def build_demo() -> gr.Blocks:
                             _explain("scrubber")
                             scrubber = gr.Slider(0, 1, 0, step=1, label="Step", elem_id="scrubber")
                             step = gr.Markdown(elem_id="step")
-                            canvas = gr.Image(label="Canvas after the step", type="numpy", format="png",
-                                              interactive=False, height=380, elem_id="canvas",
-                                              elem_classes=["token-grid"], buttons=["download", "fullscreen"])
+                            canvas = Image(label="Canvas after the step", type="numpy", format="png",
+                                           interactive=False, height=380, elem_id="canvas",
+                                           elem_classes=["token-grid"], buttons=["download", "fullscreen"])
                             gr.HTML(theme.key_html(theme.CANVAS_KEY), elem_id="canvas-key")
                     with gr.Tab("Compare", id="compare"):
                         _explain("compare")
                         cmp_btn = gr.Button("Compare all methods", variant="primary", elem_id="compare-run")
                         cmp_status = gr.Markdown(elem_id="compare-status")
-                        cmp_gallery = gr.Gallery(label="Final images", columns=6, height=240, format="png",
-                                                 interactive=False, elem_classes=["token-grid"])
+                        cmp_gallery = Gallery(label="Final images", columns=6, height=240, format="png",
+                                              interactive=False, elem_classes=["token-grid"])
                         cmp_table = gr.Dataframe(headers=h.COMPARE_COLUMNS, interactive=False, label="Figures",
                                                  elem_id="compare-table")
                         cmp_plot = gr.Plot(label="Side by side", show_label=False, elem_id="compare-plot")
@@ -269,8 +299,8 @@ def build_demo() -> gr.Blocks:
                     with gr.Tab("Trace files", id="files"):
                         _explain("files")
                         trace_file = gr.File(label="Trace of the last run", interactive=False)
-                        upload = gr.File(label="Replay a trace (JSON, at most 32 MiB)", file_types=[".json"],
-                                         type="filepath", elem_id="upload")
+                        upload = gr.File(label=f"Replay a trace (JSON, at most {MAX_BYTES // 2**20} MiB)",
+                                         file_types=[".json"], type="filepath", elem_id="upload")
                         replay_btn = gr.Button("Replay the uploaded trace", elem_id="replay")
 
         view_outputs = dict(draft=draft, proposal=proposal, final=final, baseline=baseline, heatmap=heatmap,
@@ -280,8 +310,9 @@ def build_demo() -> gr.Blocks:
         run_outputs = [state, status, trace_file, live, results, *views]
         model_events = dict(concurrency_id="model", concurrency_limit=1)
 
-        # inputs go to the handlers unprocessed: a value beyond a slider's end reaches the engine's
-        # check, which names the knob and its range, instead of being clamped or refused namelessly
+        # the model-running events and the scrubber take their inputs as sent (preprocess=False): a value
+        # beyond a slider's end reaches the engine's check, which names the knob and its range, instead of
+        # being clamped, and a value of the wrong type is named by the handlers instead of refused namelessly
         gen = run_btn.click(h.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
                             show_progress="minimal", show_progress_on=[status], preprocess=False, **model_events)
         cmp = cmp_btn.click(h.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status], api_name="compare",
@@ -295,7 +326,7 @@ def build_demo() -> gr.Blocks:
                          show_progress_on=[status])
         show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
-                       show_progress="hidden", trigger_mode="always_last")
+                       show_progress="hidden", trigger_mode="always_last", preprocess=False)
         proposal.select(h.inspect_cell, state, cell, api_visibility="private")
         summary_file.upload(h.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
         heatmap_click.change(h.inspect_heatmap, [state, heatmap_click], cell, api_visibility="private",
@@ -306,9 +337,11 @@ def build_demo() -> gr.Blocks:
                                api_visibility="private", show_progress="hidden")
         knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
                                                               knobs["cfg_interval"], knobs["lantern_k"],
-                                                              knobs["scale"], pair_info], api_visibility="private")
+                                                              knobs["scale"], pair_info], api_visibility="private",
+                              preprocess=False)
         link_btn.click(h.share_link, [page_url, preset] + knob_list, link, js=PAGE_URL_JS, preprocess=False,
                        api_visibility="private")
         demo.load(h.from_query, None, knob_list + [preset, preset_info], api_visibility="private",
                   js=PAGE_JS)
+        demo.unload(h.forget)
     return demo

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -130,11 +134,66 @@ def run_config(args, method: str):
                      model=args.model)
 
 
+class UsageError(ValueError):
+    """A command line that cannot work (an output path, a count, a spec); one line, exit 2."""
+
+
+def _image_extensions() -> set[str]:
+    from PIL import Image
+    Image.init()
+    return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE}
+
+
+def check_output(path: str, flag: str, extensions: set[str]) -> Path:
+    """An output path that will take a write: known extension, an existing folder where a file can
+    be created (tried, so read-only file systems count too), not a folder itself."""
+    p = Path(path)
+    if p.suffix.lower() not in extensions:
+        raise UsageError(f"{flag} {path}: the file name must end in one of {', '.join(sorted(extensions))}")
+    if p.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file name")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{p.name}."):
+            pass
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e})") from None
+    return p
+
+
+def check_outputs(**paths) -> dict[str, Path]:
+    """Every output of a command checked before any work; two flags never name one file."""
+    checked = {flag: check_output(path, flag, exts) for flag, (path, exts) in paths.items() if path}
+    seen: dict[Path, str] = {}
+    for flag, p in checked.items():
+        key = p.resolve()
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag} name the same file {p}; give each its own")
+        seen[key] = flag
+    return checked
+
+
+def write_atomic(path: Path, write) -> None:
+    """write(temporary path) then rename over path: a reader sees the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
+                               suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _generate(args) -> int:
     import torch
     from PIL import Image
     from . import engine
     from .trace import Trace
+    outs = check_outputs(**{"--out": (args.out, _image_extensions()), "--trace": (args.trace, {".json"})})
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = run_config(args, args.method)
@@ -148,12 +207,11 @@ def _generate(args) -> int:
         else:
             n += len(ev.cells)
             bar(min(n, pair.grid[0] * pair.grid[1]), pair.grid[0] * pair.grid[1], ev.phase)
-    img = engine.decode_image(trace.tokens, pair.tokenizer)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(img).save(out)
+    img = Image.fromarray(engine.decode_image(trace.tokens, pair.tokenizer))
+    out = outs["--out"]
+    write_atomic(out, lambda tmp: img.save(tmp, format=Image.registered_extensions()[out.suffix.lower()]))
     if args.trace:
-        Path(args.trace).write_text(trace.to_json())
+        write_atomic(outs["--trace"], lambda tmp: Path(tmp).write_text(trace.to_json()))
     t = trace.totals
     print(f"{cfg.method}: target NFE {t['target_nfe']}, drafter NFE {t['drafter_nfe']}, "
           f"wall {t['wall_ms'] / 1000:.2f} s, passed {t['passed_fraction']}, kept {t['kept_fraction']} -> {out}")
@@ -161,10 +219,9 @@ def _generate(args) -> int:
 
 
 def _export(args) -> int:
-    import torch
     from .embedded import family, train
     run_dir = Path(args.run_dir or f"runs/{args.job}")
-    state = torch.load(run_dir / "ckpt.pt", map_location="cpu", weights_only=False)
+    state = train.read_checkpoint(run_dir / "ckpt.pt")
     cfg = train.TrainConfig(**state["config"])
     model = train.make_job(cfg, Path(args.assets)).model
     model.load_state_dict(state["model"])
@@ -205,10 +262,18 @@ def _bench(args) -> int:
     import torch
     from . import bench, distributed
     from .runfolder import RunFolder
+    if args.prompts < 1:
+        raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
+    check_outputs(**{"--json": (args.json, {".json"})})
+    base = run_config(args, "ar")
+    for spec in (m for m in args.methods.split(",") if m):   # a bad value names its spec, before any rank starts
+        try:
+            bench.parse_spec(spec, base)
+        except ValueError as e:
+            raise UsageError(str(e) if str(e).startswith("method spec") else f"method spec {spec!r}: {e}") from None
     ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
-    base = run_config(args, "ar")
     bar = RankBar(ranks)
     signal.signal(signal.SIGTERM, _interrupt)  # a pre-empted job stops like Ctrl-C: every finished record stays
     try:
@@ -236,7 +301,7 @@ def _bench(args) -> int:
     if args.out:
         print(f"records and summary.json in {args.out}; `python -m core report {args.out}` draws the report")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_atomic(Path(args.json), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2)))
     return 0
 
 
@@ -257,13 +322,19 @@ def _evaluate(args) -> int:
     import torch
     from . import distributed
     from .embedded import evaluate
+    if args.prompts < 1:
+        raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
+    try:
+        grids = tuple(int(g) for g in args.grids.split(","))
+    except ValueError:
+        raise UsageError(f"--grids must be comma-separated token grid sides, e.g. 32,16,8; got {args.grids!r}") from None
     ranks = distributed.join()
     if args.threads:
         torch.set_num_threads(args.threads)
     label = f"evaluate {args.what}" + ("" if ranks.world == 1 else f", rank {ranks.rank}")
     try:
-        figures = evaluate.run(args.what, args.prompts, ProgressBar(label),
-                               grids=tuple(int(g) for g in args.grids.split(",")), record=args.record, ranks=ranks)
+        figures = evaluate.run(args.what, args.prompts, ProgressBar(label), grids=grids, record=args.record,
+                               ranks=ranks)
     finally:
         distributed.leave(ranks)
     if ranks.main:
@@ -307,6 +378,19 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     e.set_defaults(func=_evaluate)
 
 
+INTERRUPTED = {   # what an interrupted command leaves behind, and how to go on
+    "generate": "nothing was written (outputs are written whole, at the end)",
+    "bench": "no result was written; run the same command again",
+    "evaluate": "no figures were recorded; run the same command again",
+    "train": "the last checkpoint (every --ckpt-every steps) is kept; run the same command to resume",
+    "export": "assets/ is unchanged unless the export finished",
+}
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM ends a command the way Ctrl-C does
+
+
 def _chosen_model(argv: list[str] | None) -> str:
     """The --model of the command line, read first: its pair decides the sampling defaults (and --help shows them)."""
     from . import engine
@@ -324,8 +408,20 @@ def main(argv: list[str] | None = None) -> int:
     from .embedded.domain import PromptError
     from .embedded.family import AssetError
     from .models.llamagen import UnsafeCheckpoint
+    from .embedded.train import CheckpointError
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
+        if getattr(args, "threads", 0) < 0:
+            raise UsageError(f"--threads must be 0 (torch's default) or more; got {args.threads}")
         return args.func(args)
-    except (ParameterError, PromptError, AssetError, FileNotFoundError, UnsafeCheckpoint) as e:  # bad input: one line
-        sys.stderr.write(f"error: {e}\n")
+    except (ParameterError, PromptError, AssetError, CheckpointError, UnsafeCheckpoint, UsageError,
+            FileNotFoundError) as e:
+        sys.stderr.write(f"error: {e}\n")  # bad input: one clear line
         return 2
+    except OSError as e:  # a disk that filled or went away while writing
+        sys.stderr.write(f"error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\ninterrupted: {INTERRUPTED.get(args.cmd, 'stopped')}\n")
+        return 130

@@ -5,6 +5,7 @@ that names the parameter and its allowed range, before any model runs or any fil
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd", "scd", "gsd", "pjd", "cool")
@@ -74,39 +75,82 @@ class RunConfig:
 
 def _check(ok: bool, name: str, allowed: str, value) -> None:
     if not ok:
-        raise ParameterError(f"{name} must be {allowed}; got {value!r}")
+        raise ParameterError(f"{name} must be {allowed}; got {_short(value)}")
+
+
+def _short(value) -> str:
+    """A value as a message quotes it: at most 40 characters."""
+    s = repr(value)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# ranges every float knob must keep so that sampling stays finite (float32 logits / temperature,
+# u + s (c - u)); the int knobs that size work are bounded by the grid or by these
+CFG_MAX = 20.0
+TEMPERATURE_MIN, TEMPERATURE_MAX = 0.01, 10.0
+GAMMA_MAX = 16
+WINDOW_MAX = 4096          # a ZipAR window wider than the grid's rows changes nothing
+SJD_WINDOW_MAX = 64
+PROMPT_MAX = 500
+
+
+def _check_types(run: RunConfig) -> None:
+    """Every field of the right type (numbers finite) before any range is compared."""
+    p, s = run.params, run.sampling
+    for name, v in (("method", run.method), ("prompt", run.prompt), ("model", run.model),
+                    ("upsampler", p.upsampler), ("resample", p.resample), ("rejection", p.rejection),
+                    ("sjd_init", p.sjd_init), ("context", p.context)):
+        _check(isinstance(v, str), name, "text", v)
+    for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
+                    ("window", p.window), ("draft_window", p.draft_window), ("draft_rows", p.draft_rows),
+                    ("gamma", p.gamma), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window)):
+        _check(_int(v), name, "an integer", v)
+    for name, v in (("cfg", s.cfg), ("temperature", s.temperature), ("top_p", s.top_p), ("tau", p.tau),
+                    ("delta", p.delta)):
+        _check(_num(v), name, "a finite number", v)
 
 
 def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) -> None:
-    """Raise ParameterError for the first parameter out of range; `methods` names the decoding methods
-    there are (the engine passes its registry, which this module stays below)."""
+    """Raise ParameterError for the first parameter of the wrong type or out of range; `methods` names
+    the decoding methods there are (the engine passes its registry, which this module stays below)."""
+    _check_types(run)
     p, s = run.params, run.sampling
     H, W = grid
     _check(run.method in methods, "method", f"one of {', '.join(methods)}", run.method)
-    _check(isinstance(run.seed, int) and 0 <= run.seed < 2 ** 63, "seed", "an integer in [0, 2^63)", run.seed)
-    _check(s.cfg >= 1.0, "cfg", ">= 1 (1 = no guidance)", s.cfg)
-    _check(s.temperature >= 0.0, "temperature", ">= 0 (0 = greedy)", s.temperature)
+    _check(len(run.prompt) <= PROMPT_MAX, "prompt", f"at most {PROMPT_MAX} characters", run.prompt)
+    _check(0 <= run.seed < 2 ** 63, "seed", "an integer in [0, 2^63)", run.seed)
+    _check(1.0 <= s.cfg <= CFG_MAX, "cfg", f"in [1, {CFG_MAX:g}] (1 = no guidance)", s.cfg)
+    _check(s.temperature == 0.0 or TEMPERATURE_MIN <= s.temperature <= TEMPERATURE_MAX, "temperature",
+           f"0 (greedy) or in [{TEMPERATURE_MIN:g}, {TEMPERATURE_MAX:g}]", s.temperature)
     _check(0 <= s.top_k <= vocab_size, "top_k", f"in [0, {vocab_size}] (0 = off)", s.top_k)
     _check(0.0 < s.top_p <= 1.0, "top_p", "in (0, 1]", s.top_p)
-    _check(isinstance(s.cfg_interval, int) and s.cfg_interval >= -1, "cfg_interval", "an integer >= -1 (-1 = always)",
-           s.cfg_interval)
+    _check(s.cfg_interval >= -1, "cfg_interval", "an integer >= -1 (-1 = always)", s.cfg_interval)
     _check(0 <= p.k < vocab_size, "k", f"in [0, {vocab_size - 1}]", p.k)
     _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
     _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),
            "scale", f"2 or 4, dividing the {H}x{W} grid", p.scale)
-    _check(p.radius >= 0, "radius", ">= 0", p.radius)
-    _check(p.window >= 1, "window", ">= 1", p.window)
-    _check(p.draft_window >= 0, "draft_window", ">= 0 (0 = serial drafting)", p.draft_window)
+    _check(0 <= p.radius <= max(H, W), "radius", f"in [0, {max(H, W)}]", p.radius)
+    _check(1 <= p.window <= WINDOW_MAX, "window", f"in [1, {WINDOW_MAX}]", p.window)
+    _check(0 <= p.draft_window <= WINDOW_MAX, "draft_window", f"in [0, {WINDOW_MAX}] (0 = serial drafting)",
+           p.draft_window)
     _check(0 <= p.draft_rows <= H // max(p.scale, 1), "draft_rows", f"in [0, {H // max(p.scale, 1)}] (0 = all rows)",
            p.draft_rows)
     _check(p.upsampler in UPSAMPLERS, "upsampler", f"one of {', '.join(UPSAMPLERS)}", p.upsampler)
     _check(p.resample in RESAMPLE_MODES, "resample", f"one of {', '.join(RESAMPLE_MODES)}", p.resample)
     _check(p.rejection in REJECTION_MODES, "rejection", f"one of {', '.join(REJECTION_MODES)}", p.rejection)
     _check(p.context in CONTEXT_MODES, "context", f"one of {', '.join(CONTEXT_MODES)}", p.context)
-    _check(p.gamma >= 1, "gamma", ">= 1", p.gamma)
+    _check(1 <= p.gamma <= GAMMA_MAX, "gamma", f"in [1, {GAMMA_MAX}]", p.gamma)
     _check(0.0 <= p.delta <= 1.0, "delta", "in [0, 1]", p.delta)
-    _check(p.lantern_k >= 0, "lantern_k", ">= 0", p.lantern_k)
-    _check(p.sjd_window >= 1, "sjd_window", ">= 1", p.sjd_window)
+    _check(0 <= p.lantern_k <= 2 ** 31, "lantern_k", ">= 0 (capped at the codebook size)", p.lantern_k)
+    _check(1 <= p.sjd_window <= SJD_WINDOW_MAX, "sjd_window", f"in [1, {SJD_WINDOW_MAX}]", p.sjd_window)
     _check(p.sjd_init in SJD_INITS, "sjd_init", f"one of {', '.join(SJD_INITS)}", p.sjd_init)
     _check(p.gsd_group >= 1, "gsd_group", ">= 1", p.gsd_group)
     _check(0.0 <= p.gsd_gap <= 1.0, "gsd_gap", "in [0, 1]", p.gsd_gap)

@@ -49,3 +49,19 @@ def bench_folder(tmp_path_factory) -> Path:
                           env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return out
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run the tests marked slow (minutes each)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes long; skipped unless pytest is given --slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="slow: run with --slow"))

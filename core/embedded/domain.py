@@ -151,7 +151,8 @@ def tokenize(prompt: str) -> list[str]:
         raise PromptError("the prompt is empty; write e.g. 'a red circle center on a striped blue background'")
     for w in words:
         if w not in VOCABULARY:
-            raise PromptError(f"unknown word {w!r} in the prompt; the vocabulary is: {', '.join(VOCABULARY)}")
+            shown = w if len(w) <= 40 else w[:37] + "..."
+            raise PromptError(f"unknown word {shown!r} in the prompt; the vocabulary is: {', '.join(VOCABULARY)}")
     return words
 
 

@@ -135,6 +135,26 @@ def make_job(cfg: TrainConfig, assets: Path):
     raise ValueError(f"unknown job {cfg.job!r}; choose one of {', '.join(JOBS)}")
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that is not plain data (tensors, numbers, text, lists and dicts of them)."""
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A run checkpoint as plain data. torch.load runs with weights_only=True: a file that would
+    need to run code to load (a crafted pickle) is refused, never executed."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # UnpicklingError and the like: the message says what it would have run
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} is not a plain checkpoint (tensors, numbers, text); refused to load "
+                              f"it: {first[:200]}") from None
+    if not isinstance(state, dict) or not {"config", "model", "step"} <= set(state):
+        raise CheckpointError(f"{path} is not a training checkpoint of this project (config, model, step)")
+    return state
+
+
 def read_weights(path: Path) -> dict:
     """A state dict from a run checkpoint (ckpt.pt) or a safetensors file."""
     if not path.exists():
@@ -142,7 +162,7 @@ def read_weights(path: Path) -> dict:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
         return load_file(str(path))
-    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+    return read_checkpoint(path)["model"]
 
 
 def train(cfg: TrainConfig, run_dir: Path, assets: Path,
@@ -165,7 +185,7 @@ def train(cfg: TrainConfig, run_dir: Path, assets: Path,
             raise ValueError(f"the init weights do not fit the {cfg.job} configuration: "
                              f"missing {missing}, unexpected {unexpected}")
     if ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        state = read_checkpoint(ckpt)
         changed = {k for k in cfg.__dict__ if state["config"].get(k) != cfg.__dict__[k]}
         if changed - {"steps"}:  # a new total only re-draws the learning-rate curve from here on
             raise ValueError(f"{ckpt} was made with another {', '.join(sorted(changed))}; use a new run folder")

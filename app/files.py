@@ -1,0 +1,102 @@
+"""Where the app's files go, and how long they stay.
+
+Images and trace downloads are written into Gradio's cache folder under content-addressed names,
+through a temporary name and a rename: a file that a client is downloading is never rewritten in
+place (identical runs produce identical names), and Gradio serves it as it already is. A sweeper
+removes every file of that folder older than CACHE_AGE_S, uploads included (also those no event
+ever used), so the disk a host uses stays bounded however long it runs. Knows nothing of models.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import tempfile
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+from gradio.utils import get_upload_folder
+from PIL import Image
+
+CACHE_AGE_S = int(os.environ.get("MULO_CACHE_AGE_S", "900"))   # a file is kept this long after its last use
+
+
+def cache_folder() -> Path:
+    """Gradio's cache and upload folder (GRADIO_TEMP_DIR); app.py gives the app one of its own."""
+    return Path(get_upload_folder())
+
+
+def _store(data: bytes, name: str) -> str:
+    """data under <cache>/mulo/<sha256>/<name>, written once and atomically; a reused file is
+    touched so that the sweeper counts its age from now."""
+    folder = cache_folder() / "mulo" / hashlib.sha256(data).hexdigest()[:32]
+    path = folder / name
+    if path.exists():
+        os.utime(path)
+        return str(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(path)
+
+
+def png(img: np.ndarray) -> str:
+    """(h, w, 3) uint8 -> path of its PNG in the cache."""
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(img, dtype=np.uint8)).save(buf, format="png")
+    return _store(buf.getvalue(), "image.png")
+
+
+def trace_file(trace) -> str:
+    """Path of a trace's JSON in the cache, named by method and seed."""
+    return _store(trace.to_json().encode(), f"trace-{trace.method}-seed{trace.seed}.json")
+
+
+def sweep(root: Path, age_s: float, now: float | None = None) -> int:
+    """Remove files under root last written or touched more than age_s ago, then empty folders;
+    returns how many files went."""
+    now = time.time() if now is None else now
+    gone = 0
+    for folder, dirs, names in os.walk(root, topdown=False):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+                if now - max(st.st_mtime, st.st_ctime) > age_s:
+                    os.remove(path)
+                    gone += 1
+            except FileNotFoundError:
+                continue
+        if folder != str(root):
+            try:
+                os.rmdir(folder)          # only succeeds when empty
+            except OSError:
+                pass
+    return gone
+
+
+@asynccontextmanager
+async def sweeping(app):
+    """A FastAPI lifespan: sweep every CACHE_AGE_S / 4 seconds (at most a minute) the whole cache
+    folder when GRADIO_TEMP_DIR names one for this app, else (Gradio's shared default) only the
+    app's own files."""
+    root = cache_folder() if os.environ.get("GRADIO_TEMP_DIR") else cache_folder() / "mulo"
+
+    async def loop():
+        while True:
+            await asyncio.sleep(min(60.0, CACHE_AGE_S / 4))
+            await asyncio.to_thread(sweep, root, CACHE_AGE_S)
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
