@@ -120,16 +120,12 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
 
 
 def run_config(args, method: str):
+    """The RunConfig of the parsed flags: every MethodParams and SamplingConfig field has a flag of its name."""
+    from dataclasses import fields
+
     from .config import MethodParams, RunConfig, SamplingConfig
-    params = MethodParams(k=args.k, tau=args.tau, scale=args.scale, radius=args.radius, window=args.window,
-                          draft_window=args.draft_window, draft_rows=args.draft_rows, upsampler=args.upsampler,
-                          resample=args.resample, rejection=args.rejection, context=args.context, gamma=args.gamma,
-                          delta=args.delta, lantern_k=args.lantern_k, sjd_window=args.sjd_window,
-                          sjd_init=args.sjd_init, gsd_group=args.gsd_group, gsd_gap=args.gsd_gap,
-                          gsd_dist=args.gsd_dist, pjd_c=args.pjd_c, cool_delta=args.cool_delta, cool_nu=args.cool_nu,
-                          cool_norm=args.cool_norm)
-    sampling = SamplingConfig(cfg=args.cfg, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                              cfg_interval=args.cfg_interval)
+    params = MethodParams(**{f.name: getattr(args, f.name) for f in fields(MethodParams)})
+    sampling = SamplingConfig(**{f.name: getattr(args, f.name) for f in fields(SamplingConfig)})
     return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params,
                      model=args.model)
 

@@ -65,3 +65,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="slow: run with --slow"))
+
+
+class PassCounter:
+    """Wraps a model's forward entry points and counts the passes actually made."""
+
+    def __init__(self, gpt, monkeypatch):
+        self.n = 0
+        for name in ("prefill", "forward_cells", "step_one"):
+            original = getattr(gpt, name)
+
+            def counted(*a, _f=original, **kw):
+                self.n += 1
+                return _f(*a, **kw)
+            monkeypatch.setattr(gpt, name, counted)

@@ -120,18 +120,6 @@ def test_islands_are_the_8_connected_components_of_the_resample_mask(tiny_pair):
     assert checked >= 2
 
 
-class _Counter:
-    """Wraps a model's forward entry points and counts the passes actually made."""
-
-    def __init__(self, gpt, monkeypatch):
-        self.n = 0
-        for name in ("prefill", "forward_cells", "step_one"):
-            original = getattr(gpt, name)
-
-            def counted(*a, _f=original, **kw):
-                self.n += 1
-                return _f(*a, **kw)
-            monkeypatch.setattr(gpt, name, counted)
 
 
 @pytest.mark.parametrize("method, params", [
@@ -140,10 +128,10 @@ class _Counter:
 ])
 def test_trace_nfe_totals_equal_the_forward_passes_made(tiny_pair, monkeypatch, method, params):
     import dataclasses
-    from conftest import tiny_gpt
+    from conftest import PassCounter, tiny_gpt
     target, drafter = tiny_gpt(0), tiny_gpt(0)  # separate instances so each is counted alone
     pair = dataclasses.replace(tiny_pair, target=target, multiscale=drafter)
-    ct, cd = _Counter(target, monkeypatch), _Counter(drafter, monkeypatch)
+    ct, cd = PassCounter(target, monkeypatch), PassCounter(drafter, monkeypatch)
     t = run(pair, method, **params)
     assert t.totals["target_nfe"] == ct.n == sum(s["nfe"] for s in t.steps if s["model"] == "target")
     assert t.totals["drafter_nfe"] == cd.n

@@ -395,24 +395,14 @@ def test_pjd_with_one_active_row_samples_the_exact_joint_and_with_several_does_n
 
 # ---- every new method: NFE, trace, validation ----------------------------------------------------------
 
-class _Counter:
-    def __init__(self, gpt, monkeypatch):
-        self.n = 0
-        for name in ("prefill", "forward_cells", "step_one"):
-            original = getattr(gpt, name)
-
-            def counted(*a, _f=original, **kw):
-                self.n += 1
-                return _f(*a, **kw)
-            monkeypatch.setattr(gpt, name, counted)
 
 
 @pytest.mark.parametrize("method, params", [("scd", {}), ("gsd", {}), ("pjd", dict(pjd_c=3)), ("cool", {})])
 def test_trace_nfe_totals_equal_the_forward_passes_made(tiny_pair, monkeypatch, method, params):
-    from conftest import tiny_gpt
+    from conftest import PassCounter, tiny_gpt
     target, small = tiny_gpt(0), tiny_gpt(1, n_layer=1)
     pair = dataclasses.replace(tiny_pair, target=target, multiscale=target, small=small)
-    ct, cd = _Counter(target, monkeypatch), _Counter(small, monkeypatch)
+    ct, cd = PassCounter(target, monkeypatch), PassCounter(small, monkeypatch)
     t = _run(pair, method, 0, **params)
     assert t.totals["target_nfe"] == ct.n == sum(s["nfe"] for s in t.steps if s["model"] == "target")
     assert t.totals["drafter_nfe"] == cd.n == (0 if method != "cool" else cd.n)
