@@ -579,7 +579,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                     yield _stopped(run.method, f"at step {n - 1} of about {max(about, n)}")
                     return
                 live.apply(out.to_dict())
-                if time.perf_counter() - last > 0.3:
+                if n == 1 or time.perf_counter() - last > 0.3:   # the first step always shows
                     last = time.perf_counter()
                     yield _live(f"Running **{run.method}**: step {n} of about {max(about, n)} ({out.phase}), "
                                 f"{last - t0:.1f} s. The views below show the previous run until this one is "
