@@ -306,10 +306,18 @@ def _report(args) -> int:
     from .bench import SummaryError
     try:
         path = report.write(args.folder, args.html)
+        print(f"wrote {path}")
+        if args.svg:
+            result = report.read_folder(args.folder)
+            best, meets = report.choose(result, args.family)
+            svg = report.frontier_svg(result, args.family)
+            write_atomic(Path(args.svg), lambda tmp: Path(tmp).write_text(svg, encoding="utf-8"))
+            print(f"wrote {args.svg}")
+            print(f"{sum(meets.values())} of {len(meets)} {args.family} specs meet adherence >= ar - 0.01 and "
+                  f"FD <= ar + 0.3; the most sequential-pass speedup among them: {best or 'none'}")
     except (SummaryError, OSError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
-    print(f"wrote {path}")
     return 0
 
 
@@ -359,6 +367,10 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     r = sub.add_parser("report", help="one self-contained HTML page (Plotly) from a bench run folder")
     r.add_argument("folder", help="a bench --out folder (or its summary.json)")
     r.add_argument("--html", default=None, help="write the page here (default FOLDER/report.html)")
+    r.add_argument("--svg", default=None, metavar="FILE",
+                   help="also write a static SVG of one family's frontier (pass speedup vs adherence) and name "
+                        "the spec with the most pass speedup at adherence >= ar - 0.01 and FD <= ar + 0.3")
+    r.add_argument("--family", default="mulo", help="the method family of --svg (default mulo)")
     r.set_defaults(func=_report)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)

@@ -145,14 +145,122 @@ def page(result: dict, title: str) -> str:
             f"<p class=note>Workers: {html.escape(', '.join(workers))}</p></body></html>")
 
 
-def write(folder: str | Path, out: str | Path | None = None) -> Path:
-    """Read FOLDER/summary.json and write the report (default FOLDER/report.html)."""
+def _summary_file(folder: str | Path) -> Path:
     folder = Path(folder)
     f = folder / SUMMARY if folder.is_dir() else folder
     if not f.is_file():
         raise SummaryError(f"{folder} has no {SUMMARY}: the run has not finished (rerun its bench command to "
                            f"complete and merge it)" if folder.is_dir() else f"{folder} does not exist")
+    return f
+
+
+def read_folder(folder: str | Path) -> dict:
+    """The merged result of a finished run folder (or of its summary.json)."""
+    return read_summary(_summary_file(folder).read_bytes())
+
+
+def write(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Read FOLDER/summary.json and write the report (default FOLDER/report.html)."""
+    f = _summary_file(folder)
     result = read_summary(f.read_bytes())
     target = Path(out) if out else f.parent / "report.html"
     write_atomic(target, page(result, f"Benchmark report: {f.parent.name}"))
     return target
+
+
+def choose(result: dict, family: str = "mulo", adherence_margin: float = 0.01,
+           frechet_margin: float = 0.3) -> tuple[str | None, dict[str, bool]]:
+    """The operating-point rule: among the specs of `family`, the one with the most sequential-pass
+    speedup whose adherence is at least ar's − `adherence_margin` and whose Fréchet distance is at most
+    ar's + `frechet_margin`. Returns (that label or None, {label: meets both bounds}) over the family.
+    A spec without a quality figure (fewer than 3 prompts gives no FD) never qualifies."""
+    summary = result["summary"]
+    if "ar" not in summary:
+        raise SummaryError("the rule compares with ar: the run has no ar spec")
+    ar = summary["ar"]
+    if _num(ar["adherence"]) is None or _num(ar["frechet"]) is None:
+        raise SummaryError("ar has no adherence or Fréchet distance in this run (FD needs at least 3 prompts)")
+    meets = {}
+    for label, s in summary.items():
+        if s["method"] != family:
+            continue
+        adh, fd = _num(s["adherence"]), _num(s["frechet"])
+        meets[label] = (adh is not None and fd is not None and adh >= ar["adherence"] - adherence_margin
+                        and fd <= ar["frechet"] + frechet_margin)
+    best = max((lb for lb, ok in meets.items() if ok), key=lambda lb: summary[lb]["passes_speedup"], default=None)
+    return best, meets
+
+
+def _pareto(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """The points no other point beats on both x and y (higher is better on both), sorted by x."""
+    out = [p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and (q[0], q[1]) != (p[0], p[1])
+                                         for q in points)]
+    return sorted(out)
+
+
+def frontier_svg(result: dict, family: str = "mulo", adherence_margin: float = 0.01,
+                 frechet_margin: float = 0.3, width: int = 760, height: int = 460) -> str:
+    """A static figure for papers and READMEs (no script, no network): sequential-pass speedup over ar
+    (x) against adherence (y) for every spec of `family`, ar's adherence − margin as a dashed line,
+    filled markers for specs inside both quality bounds (adherence and Fréchet distance), hollow ones
+    outside, the Pareto frontier as a line, and the spec `choose` picks ringed and named."""
+    summary = result["summary"]
+    best, meets = choose(result, family, adherence_margin, frechet_margin)
+    pts = [(summary[lb]["passes_speedup"], summary[lb]["adherence"], lb) for lb in meets
+           if _num(summary[lb]["adherence"]) is not None]
+    ar = summary["ar"]
+    floor = ar["adherence"] - adherence_margin
+    if not pts:
+        raise SummaryError(f"the run has no {family} spec with an adherence figure")
+    xs = [p[0] for p in pts] + [1.0]
+    ys = [p[1] for p in pts] + [floor, ar["adherence"]]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    padx, pady = (x1 - x0) * 0.08 or 0.5, (y1 - y0) * 0.1 or 0.01
+    x0, x1, y0, y1 = x0 - padx, x1 + padx, y0 - pady, y1 + pady
+    L, R, T, B = 70, 20, 50, 60
+    sx = lambda x: L + (x - x0) / (x1 - x0) * (width - L - R)      # noqa: E731
+    sy = lambda y: T + (y1 - y) / (y1 - y0) * (height - T - B)     # noqa: E731
+    e = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{e(family)}: sequential-pass '
+           f'speedup vs prompt adherence ({result["prompts"]} prompts, seed {result["seed"]})</text>']
+    for i in range(6):                                             # axes, ticks and grid
+        x = x0 + (x1 - x0) * i / 5
+        y = y0 + (y1 - y0) * i / 5
+        out.append(f'<line x1="{sx(x):.1f}" y1="{T}" x2="{sx(x):.1f}" y2="{height - B}" stroke="#eee"/>'
+                   f'<text x="{sx(x):.1f}" y="{height - B + 16}" text-anchor="middle">{x:.2f}×</text>')
+        out.append(f'<line x1="{L}" y1="{sy(y):.1f}" x2="{width - R}" y2="{sy(y):.1f}" stroke="#eee"/>'
+                   f'<text x="{L - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.3f}</text>')
+    out.append(f'<rect x="{L}" y="{T}" width="{width - L - R}" height="{height - T - B}" fill="none" stroke="#999"/>')
+    out.append(f'<text x="{(L + width - R) / 2}" y="{height - 18}" text-anchor="middle">fewer sequential passes '
+               f'than ar (target + drafter), ×</text>')
+    out.append(f'<text transform="translate(16 {(T + height - B) / 2}) rotate(-90)" text-anchor="middle">'
+               f'prompt adherence (higher is better)</text>')
+    out.append(f'<line x1="{L}" y1="{sy(floor):.1f}" x2="{width - R}" y2="{sy(floor):.1f}" stroke="#666" '
+               f'stroke-dasharray="5 4"/><text x="{width - R - 4}" y="{sy(floor) - 5:.1f}" text-anchor="end" '
+               f'fill="#666">ar − {adherence_margin:g} = {floor:.3f}</text>')
+    out.append(f'<circle cx="{sx(1.0):.1f}" cy="{sy(ar["adherence"]):.1f}" r="5" fill="{FAMILIES["ar"]}"/>'
+               f'<text x="{sx(1.0) + 8:.1f}" y="{sy(ar["adherence"]) + 4:.1f}" fill="{FAMILIES["ar"]}">ar</text>')
+    front = _pareto(pts)
+    out.append('<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>'.format(
+        FAMILIES.get(family, OTHER), " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y, _ in front)))
+    colour = FAMILIES.get(family, OTHER)
+    for x, y, lb in pts:
+        fill = colour if meets[lb] else "white"
+        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4.5" fill="{fill}" stroke="{colour}" '
+                   f'stroke-width="1.5"><title>{e(lb)}: {x:.2f}×, adherence {y:.3f}, FD '
+                   f'{summary[lb]["frechet"]:.2f}</title></circle>')
+    for x, y, lb in front:
+        out.append(f'<text x="{sx(x) + 7:.1f}" y="{sy(y) - 6:.1f}" font-size="10" fill="#333">{e(_knobs(lb))}</text>')
+    if best is not None:
+        x, y = summary[best]["passes_speedup"], summary[best]["adherence"]
+        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="10" fill="none" stroke="#d62728" '
+                   f'stroke-width="2"/><text x="{sx(x) - 12:.1f}" y="{sy(y) + 24:.1f}" text-anchor="end" '
+                   f'fill="#d62728">chosen: {e(_knobs(best))}</text>')
+    out.append(f'<text x="{L + 6}" y="{T + 16}" fill="#333">filled: adherence ≥ ar − {adherence_margin:g} and '
+               f'FD ≤ ar + {frechet_margin:g} (ar FD {ar["frechet"]:.2f}); hollow: outside; line: Pareto frontier'
+               f'</text></svg>')
+    return "\n".join(out)

@@ -44,3 +44,48 @@ def test_an_unfinished_or_foreign_folder_gets_one_line_and_exit_code_2(tmp_path)
     done = report(tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error: not a benchmark summary")
     assert not (tmp_path / "report.html").exists()
+
+
+def _summary(specs: dict) -> dict:
+    """A merged result with the given specs: label -> (passes_speedup, adherence, frechet)."""
+    rows = {label: dict(method=label.split(":")[0], passes_speedup=speed, wall_speedup=speed, adherence=adh,
+                        frechet=fd) for label, (speed, adh, fd) in specs.items()}
+    return dict(prompts=100, seed=0, summary=rows)
+
+
+def test_the_operating_point_rule_takes_the_fastest_spec_inside_both_quality_bounds():
+    from core.report import choose
+    result = _summary({"ar": (1.0, 0.900, 1.30),
+                       "mulo": (3.0, 0.950, 0.60),
+                       "mulo:tau=0": (3.9, 0.960, 1.70),    # fastest, but FD beyond ar + 0.3
+                       "mulo:k=4": (3.5, 0.889, 0.90),      # adherence just under ar - 0.01
+                       "mulo:k=64": (3.4, 0.891, 1.59),     # just inside both bounds
+                       "zipar": (9.0, 0.950, 0.50)})        # another family: never chosen
+    best, meets = choose(result)
+    assert best == "mulo:k=64"
+    assert meets == {"mulo": True, "mulo:tau=0": False, "mulo:k=4": False, "mulo:k=64": True}
+    # the margins are the rule's: loosen one and the other spec wins
+    assert choose(result, frechet_margin=0.5)[0] == "mulo:tau=0"
+    assert choose(result, adherence_margin=0.02, frechet_margin=0.2)[0] == "mulo:k=4"
+
+
+def test_the_static_frontier_rings_the_chosen_spec_and_draws_the_pareto_front():
+    from core.report import frontier_svg, _pareto
+    result = _summary({"ar": (1.0, 0.900, 1.30), "mulo": (3.0, 0.950, 0.60), "mulo:k=64": (3.4, 0.891, 1.59),
+                       "mulo:tau=0": (3.9, 0.960, 1.70), "mulo:k=4": (3.5, 0.889, 0.90)})
+    svg = frontier_svg(result)
+    assert svg.startswith("<svg") and svg.endswith("</svg>") and "<script" not in svg
+    assert "chosen: k=64" in svg
+    assert svg.count('fill="white" stroke=') == 2        # the two specs outside the bounds are hollow
+    # the frontier: nothing else is both faster and more adherent than its points
+    assert [p[2] for p in _pareto([(3.0, 0.95, "a"), (3.4, 0.891, "b"), (3.9, 0.96, "c"), (3.5, 0.889, "d")])] \
+        == ["c"]
+    assert [p[2] for p in _pareto([(3.0, 0.97, "a"), (3.4, 0.95, "b"), (3.2, 0.90, "c")])] == ["a", "b"]
+
+
+def test_report_svg_names_the_chosen_spec(bench_folder, tmp_path):
+    svg = tmp_path / "frontier.svg"
+    done = report(bench_folder, "--html", tmp_path / "r.html", "--svg", svg)
+    assert done.returncode == 0, done.stderr
+    assert svg.read_text(encoding="utf-8").startswith("<svg")
+    assert re.search(r"\d of 1 mulo specs meet adherence >= ar - 0.01 and FD <= ar \+ 0.3", done.stdout)
