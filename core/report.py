@@ -173,7 +173,9 @@ def choose(result: dict, family: str = "mulo", adherence_margin: float = 0.01,
     """The operating-point rule: among the specs of `family`, the one with the most sequential-pass
     speedup whose adherence is at least ar's − `adherence_margin` and whose Fréchet distance is at most
     ar's + `frechet_margin`. Returns (that label or None, {label: meets both bounds}) over the family.
-    A spec without a quality figure (fewer than 3 prompts gives no FD) never qualifies."""
+    A spec without a quality figure (fewer than 3 prompts gives no FD) never qualifies, and neither does
+    one whose verifier rejected nothing in any run (every cell passed τ, as τ = 0 does): its output is
+    the drafter's alone, whatever its quality, and it shows no speculative decoding."""
     summary = result["summary"]
     if "ar" not in summary:
         raise SummaryError("the rule compares with ar: the run has no ar spec")
@@ -187,7 +189,9 @@ def choose(result: dict, family: str = "mulo", adherence_margin: float = 0.01,
         adh, fd = _num(s["adherence"]), _num(s["frechet"])
         meets[label] = (adh is not None and fd is not None and adh >= ar["adherence"] - adherence_margin
                         and fd <= ar["frechet"] + frechet_margin)
-    best = max((lb for lb, ok in meets.items() if ok), key=lambda lb: summary[lb]["passes_speedup"], default=None)
+    rejects = {lb for lb in meets if summary[lb].get("passed") is None or summary[lb]["passed"] < 1.0}
+    best = max((lb for lb, ok in meets.items() if ok and lb in rejects), key=lambda lb: summary[lb]["passes_speedup"],
+               default=None)
     return best, meets
 
 

@@ -49,7 +49,8 @@ def test_an_unfinished_or_foreign_folder_gets_one_line_and_exit_code_2(tmp_path)
 def _summary(specs: dict) -> dict:
     """A merged result with the given specs: label -> (passes_speedup, adherence, frechet)."""
     rows = {label: dict(method=label.split(":")[0], passes_speedup=speed, wall_speedup=speed, adherence=adh,
-                        frechet=fd) for label, (speed, adh, fd) in specs.items()}
+                        frechet=fd, passed=1.0 if "tau=0:" in label + ":" else 0.9)
+            for label, (speed, adh, fd) in specs.items()}
     return dict(prompts=100, seed=0, summary=rows)
 
 
@@ -57,16 +58,25 @@ def test_the_operating_point_rule_takes_the_fastest_spec_inside_both_quality_bou
     from core.report import choose
     result = _summary({"ar": (1.0, 0.900, 1.30),
                        "mulo": (3.0, 0.950, 0.60),
-                       "mulo:tau=0": (3.9, 0.960, 1.70),    # fastest, but FD beyond ar + 0.3
+                       "mulo:tau=0.001": (3.9, 0.960, 1.70),  # fastest, but FD beyond ar + 0.3
                        "mulo:k=4": (3.5, 0.889, 0.90),      # adherence just under ar - 0.01
                        "mulo:k=64": (3.4, 0.891, 1.59),     # just inside both bounds
                        "zipar": (9.0, 0.950, 0.50)})        # another family: never chosen
     best, meets = choose(result)
     assert best == "mulo:k=64"
-    assert meets == {"mulo": True, "mulo:tau=0": False, "mulo:k=4": False, "mulo:k=64": True}
+    assert meets == {"mulo": True, "mulo:tau=0.001": False, "mulo:k=4": False, "mulo:k=64": True}
     # the margins are the rule's: loosen one and the other spec wins
-    assert choose(result, frechet_margin=0.5)[0] == "mulo:tau=0"
+    assert choose(result, frechet_margin=0.5)[0] == "mulo:tau=0.001"
     assert choose(result, adherence_margin=0.02, frechet_margin=0.2)[0] == "mulo:k=4"
+
+
+def test_a_spec_whose_verifier_rejected_nothing_is_never_the_operating_point():
+    from core.report import choose
+    result = _summary({"ar": (1.0, 0.900, 1.30), "mulo": (3.0, 0.950, 0.60), "mulo:tau=0": (3.97, 0.95, 0.7)})
+    best, meets = choose(result)
+    assert meets["mulo:tau=0"] and best == "mulo"       # inside the bounds, but the output is the drafter's
+    result["summary"]["mulo:tau=0"]["passed"] = 0.999   # one rejection somewhere: it verifies
+    assert choose(result)[0] == "mulo:tau=0"
 
 
 def test_the_static_frontier_rings_the_chosen_spec_and_draws_the_pareto_front():
