@@ -221,3 +221,32 @@ def test_a_schema_2_trace_reads_with_its_levels(tiny_pair):
     old = Trace.from_dict(d)
     assert old.grid["levels"] == [[16, 16], [8, 8]] and old.schema == "mulo-trace/3"
     assert [s.get("level", 0) for s in old.steps] == [s.get("level", 0) for s in t.steps]
+
+
+def test_the_apps_replay_and_verdict_read_each_level_on_its_own_grid(tiny_pair):
+    """The target's verdict comes from the level-0 verify step only; replaying every step rebuilds
+    the final tokens on the target canvas and level 1's tokens on the drafter canvas."""
+    from app import render
+    t = run(tiny_pair, tau=TAU_SOME, draft_method=CASCADE + "/resample=jacobi")
+    v = render.verdict(t)
+    level0 = [s for s in t.steps if s["phase"] == "verify" and not s.get("level", 0)][0]
+    assert np.array_equal(v.pooled, np.array(level0["pooled"]))
+    rp = render.replay(t, len(t.steps))
+    assert rp.target.tolist() == t.tokens and rp.draft.tolist() == t.draft
+    # negative control: read without levels, the 16x16 level's verify would land on the target grid
+    flat = dataclasses.replace(t, steps=[{k: v for k, v in s.items() if k != "level"} for s in t.steps])
+    with pytest.raises((ValueError, IndexError)):
+        render.verdict(flat)
+
+
+def test_the_timeline_has_a_lane_per_level_on_the_runs_clock(tiny_pair):
+    from app import plots
+    t = run(tiny_pair, tau=TAU_SOME, draft_method=CASCADE)
+    fig = plots.timeline(t)
+    lanes = {y for tr in fig.data for y in tr.y}
+    assert lanes == {"mulo level 0 (16x16)", "mulo level 1 (8x8)", "mulo level 2 (4x4)"}
+    for lv in range(3):                     # each lane's bars add up to its level's timed steps
+        ms = sum(x for tr in fig.data for x, y in zip(tr.x, tr.y) if y.startswith(f"mulo level {lv}"))
+        assert ms == pytest.approx(sum(s["wall_ms"] for s in t.steps if s.get("level", 0) == lv))
+    assert "no published method" in fig.layout.title.text
+    assert {y for tr in plots.timeline(run(tiny_pair, tau=TAU_SOME)).data for y in tr.y} == {"mulo"}  # one lane
