@@ -174,7 +174,7 @@ def timeline(trace, baseline=None, most: int = MAX_BARS) -> go.Figure:
     fig.update_layout(barmode="overlay", height=150 + 60 * len(lanes), margin=dict(MARGIN, t=70),
                       xaxis_title="wall clock (ms)", title=dict(text="Where the time goes" + (
                           " (a cascade of scales: no published method has one)"
-                          if len(trace.grid.get("levels", ())) > 2 else ""), y=0.97),
+                          if getattr(trace, "levels", None) and len(trace.grid["levels"]) > 2 else ""), y=0.97),
                       yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=[n for n, _ in lanes]),
                       legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", xanchor="left"))
     return fig
@@ -183,7 +183,7 @@ def timeline(trace, baseline=None, most: int = MAX_BARS) -> go.Figure:
 def _level_lanes(trace) -> list[tuple[str, list[dict]]]:
     """(lane, steps) for the run: one lane, or one per level of grid.levels when the drafter ran a
     method of its own; a level's lane keeps the run's clock (the other levels' steps are gaps)."""
-    if not trace.levels:
+    if not getattr(trace, "levels", None):
         return [(trace.method, trace.steps)]
     lanes = []
     for lv, (h, w) in enumerate(trace.grid["levels"]):
