@@ -137,29 +137,32 @@ def _slices(steps: list[dict], most: int) -> list[tuple]:
     nfe = np.bincount(home, weights=[s["nfe"] for s in steps], minlength=most)
     out = []
     for k, p in enumerate(share.argmax(axis=1)):
-        if out and out[-1][0] == PHASES[p]:
+        if out and out[-1][0] == LANE_PHASES[p]:
             ph, start, length, n, f = out[-1]
             out[-1] = (ph, start, length + edges[k + 1] - edges[k], n + int(n_steps[k]), f + int(nfe[k]))
         else:
-            out.append((PHASES[p], float(edges[k]), float(edges[k + 1] - edges[k]), int(n_steps[k]), int(nfe[k])))
+            out.append((LANE_PHASES[p], float(edges[k]), float(edges[k + 1] - edges[k]), int(n_steps[k]), int(nfe[k])))
     return out
 
 
-PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
+LANE_PHASES = (*PHASES, "gap")   # "gap": time another level's lane spends (not drawn)
+PHASE_INDEX = {p: i for i, p in enumerate(LANE_PHASES)}
 
 
 def timeline(trace, baseline=None, most: int = MAX_BARS) -> go.Figure:
-    """Phases of the run on one wall-clock axis, one lane per method (the ar baseline below it). One
+    """Phases of the run on one wall-clock axis, one lane per method (the ar baseline below it), and
+    one lane per level when the drafter ran a method of its own (draft_method). One
     Plotly trace per phase and at most `most` bars per lane, so the figure's size follows the phases
     of the run, not its number of steps."""
-    lanes = [(trace.method, trace)] + ([("ar baseline", baseline)] if baseline is not None else [])
+    lanes = _level_lanes(trace) + ([("ar baseline", baseline.steps)] if baseline is not None else [])
     bars: dict[str, list] = {}
-    for lane, tr in lanes:
-        segments = _segments(tr.steps)
+    for lane, steps in lanes:
+        segments = _segments(steps)
         if len(segments) > most:
-            segments = _slices(tr.steps, most)
+            segments = _slices(steps, most)
         for phase, start, length, n, nfe in segments:
-            bars.setdefault(phase, []).append((lane, start, length, n, nfe))
+            if phase != "gap":
+                bars.setdefault(phase, []).append((lane, start, length, n, nfe))
     fig = go.Figure()
     for phase, rows in bars.items():
         lane, start, length, n, nfe = zip(*rows)
@@ -169,10 +172,25 @@ def timeline(trace, baseline=None, most: int = MAX_BARS) -> go.Figure:
             hovertemplate=f"{phase}: %{{customdata[0]}} step(s), %{{customdata[1]}} NFE, %{{x:.1f}} ms"
                           "<extra>%{y}</extra>"))
     fig.update_layout(barmode="overlay", height=150 + 60 * len(lanes), margin=dict(MARGIN, t=70),
-                      xaxis_title="wall clock (ms)", title=dict(text="Where the time goes", y=0.97),
+                      xaxis_title="wall clock (ms)", title=dict(text="Where the time goes" + (
+                          " (a cascade of scales: no published method has one)"
+                          if getattr(trace, "levels", None) and len(trace.grid["levels"]) > 2 else ""), y=0.97),
                       yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=[n for n, _ in lanes]),
                       legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", xanchor="left"))
     return fig
+
+
+def _level_lanes(trace) -> list[tuple[str, list[dict]]]:
+    """(lane, steps) for the run: one lane, or one per level of grid.levels when the drafter ran a
+    method of its own; a level's lane keeps the run's clock (the other levels' steps are gaps)."""
+    if not getattr(trace, "levels", None):
+        return [(trace.method, trace.steps)]
+    lanes = []
+    for lv, (h, w) in enumerate(trace.grid["levels"]):
+        gap = lambda ms: dict(phase="gap", model=None, nfe=0, wall_ms=ms, cells=[])  # noqa: E731
+        steps = [s if s.get("level", 0) == lv else gap(s["wall_ms"]) for s in trace.steps]
+        lanes.append((f"{trace.method} level {lv} ({h}x{w})", steps))
+    return lanes
 
 
 def compare_bars(rows: list[dict], measure: str) -> go.Figure:

@@ -80,7 +80,7 @@ def verdict(trace) -> Verdict | None:
                 np.zeros((H, W), bool), np.zeros((H, W), np.int64), float(trace.params.get("tau", 0.0)))
     seen, found = 0, False
     for s in trace.steps:
-        if s["phase"] != "verify" or "band" not in s:
+        if s["phase"] != "verify" or "band" not in s or s.get("level", 0):   # the target grid's verdicts
             continue
         found = True
         r0, r1 = s["band"]
@@ -116,7 +116,7 @@ def tests(trace) -> Tests | None:
               RULES.get(trace.method, "probability of acceptance"))
     found = False
     for s in trace.steps:
-        if s["phase"] != "verify" or "judged" not in s or "prob" not in s:
+        if s["phase"] != "verify" or "judged" not in s or "prob" not in s or s.get("level", 0):
             continue
         found = True
         for (i, j), prob, ok in zip(s["judged"], s["prob"], s["accepted"]):
@@ -196,8 +196,9 @@ def islands_key(v: Verdict | None, t: Tests | None = None) -> str:
 class Replay:
     """The canvases as they stood after some steps: target grid and, for mulo, the drafter's grid.
 
-    A mulo draft step writes the drafter canvas; a refresh step (grid "draft") writes the down-sampled
-    commit into it; an upsample step writes the proposal onto the target canvas; a mulo verify step
+    A step at level 1 (a mulo draft step, a refresh step, every step of a drafter that ran a method of
+    its own) works on the drafter canvas, a step at level 0 on the target canvas; deeper levels of a
+    cascade are not replayed here; an upsample step writes the proposal onto the target canvas; a mulo verify step
     withdraws the cells it sends to resampling (R_X); a verify step of sd, lantern or sjd withdraws
     the drafts it judged and writes the tokens it kept; resample and decode steps write final tokens.
     """
@@ -208,10 +209,12 @@ class Replay:
         self.last: dict | None = None
 
     def on_draft(self, step: dict) -> bool:
-        return self.draft is not None and (step["phase"] == "draft" or step.get("grid") == "draft")
+        return self.draft is not None and step.get("level", 0) == 1
 
     def apply(self, step: dict) -> None:
         self.last = step
+        if step.get("level", 0) > (1 if self.draft is not None else 0):
+            return
         canvas = self.draft if self.on_draft(step) else self.target
         if step["phase"] == "verify" and "band" in step:
             r0, r1 = step["band"]

@@ -78,7 +78,7 @@ EXPLAIN = {
              "sweeps its window. One seed per point: read trends, not decimals. A summary.json from "
              "`python -m core bench --out DIR` shows a large precomputed sweep's frontier instead (speedups "
              "in sequential passes and wall-clock against adherence and Fréchet distance, means over its prompts).",
-    "files": "Download the trace of the last run (JSON, schema mulo-trace/2) to share or attach to a bug "
+    "files": "Download the trace of the last run (JSON, schema mulo-trace/3) to share or attach to a bug "
              "report; upload a trace to replay all views without running any model.",
 }
 

@@ -151,6 +151,9 @@ def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> 
                 drafter_nfe=tr.totals["drafter_nfe"], wall_ms=wall, passed=tr.totals["passed_fraction"],
                 kept=tr.totals["kept_fraction"],
                 phase_ms={p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES},
+                level_nfe=tr.totals["level_nfe"],
+                level_ms=[sum(s["wall_ms"] for s in tr.steps if s.get("level", 0) == lv)
+                          for lv in range(len(tr.totals["level_nfe"]))],
                 target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target"),
                 adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens)
 
@@ -175,6 +178,8 @@ def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], 
             passed=_mean_or_none([r["passed"] for r in rs]), kept=_mean_or_none([r["kept"] for r in rs]),
             fed_per_pass=float(np.sum([r["target_fed"] for r in rs]) / max(np.sum([r["target_nfe"] for r in rs]), 1)),
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
+            level_nfe=np.mean([r["level_nfe"] for r in rs], axis=0).tolist(),   # passes per level (0 target)
+            level_ms=np.mean([r["level_ms"] for r in rs], axis=0).tolist(),     # timed ms per level
             adherence=_mean_or_none([r["adherence"] for r in rs]),
             frechet=None if clf is None or len(scenes) < 3 else  # FD is not measured below 3 prompts
             set_frechet(np.array([r["features"] for r in rs], dtype=np.float32), scenes, clf))
@@ -242,7 +247,7 @@ def table(result: dict) -> str:
     """Headline first: sequential passes (target + drafter) and wall-clock, each as a ratio to ar."""
     head = (f"{'method':<34}{'passes':>7}{'pass x':>7}{'wall s':>8}{'wall x':>7}{'tgt NFE':>8}{'drf NFE':>8}"
             f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
-            f"({'/'.join(p[:6] for p in PHASES)})")
+            f"({'/'.join(p[:6] for p in PHASES)})  passes per level (0 target/1 drafter/2 ...)")
     lines = [head, "-" * len(head)]
     num = lambda x, digits: "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"  # noqa: E731
     frac = lambda x: num(x, 2)  # noqa: E731
@@ -251,5 +256,6 @@ def table(result: dict) -> str:
         lines.append(f"{label:<34}{s['passes']:>7.0f}{s['passes_speedup']:>7.2f}{s['wall_ms'] / 1000:>8.2f}"
                      f"{s['wall_speedup']:>7.2f}{s['target_nfe']:>8.0f}{s['drafter_nfe']:>8.0f}"
                      f"{s['target_nfe_speedup']:>7.2f}{s['fed_per_pass']:>7.1f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
-                     f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}  {ph}")
+                     f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}  {ph}  "
+                     + "/".join(f"{n:.0f}" for n in s.get("level_nfe", [])))
     return "\n".join(lines)

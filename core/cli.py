@@ -92,10 +92,15 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--scale", type=int, default=m.scale, help="up-scale factor r (mulo)")
     p.add_argument("--radius", type=int, default=m.radius, help="Chebyshev expansion radius l (mulo)")
     p.add_argument("--window", type=int, default=m.window, help="ZipAR window w (zipar; inside mulo islands)")
-    p.add_argument("--draft-window", type=int, default=m.draft_window, help="drafter ZipAR window (0 = serial)")
+    p.add_argument("--draft-window", type=int, default=m.draft_window,
+                   help="shorthand of --draft-method zipar/window=w (0 = off)")
+    p.add_argument("--draft-method", default=m.draft_method,
+                   help="method decoding the drafter grid: name[/knob=value...], e.g. zipar/window=4, pjd/pjd_c=1, "
+                        "mulo/scale=2 (a cascade)")
     p.add_argument("--draft-rows", type=int, default=m.draft_rows, help="low-res rows per cycle G (0 = all)")
     p.add_argument("--upsampler", default=m.upsampler, help="pixel | nearest")
-    p.add_argument("--resample", default=m.resample, help="serial | islands")
+    p.add_argument("--resample", default=m.resample, help="serial | islands | jacobi")
+    p.add_argument("--redraft", default=m.redraft, help="resample=jacobi: independent | coupled")
     p.add_argument("--rejection", default=m.rejection, help="local | raster")
     p.add_argument("--context", default=m.context, help="exact | verify: what resampling reads (mulo)")
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, lantern)")

@@ -10,7 +10,18 @@ from dataclasses import asdict, dataclass, field, replace
 
 METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd", "scd", "gsd", "pjd", "cool")
 UPSAMPLERS = ("pixel", "nearest")
-RESAMPLE_MODES = ("serial", "islands")
+RESAMPLE_MODES = ("serial", "islands", "jacobi")
+REDRAFTS = ("independent", "coupled")
+# methods that can decode the drafter's grid (draft_method): those that need no same-resolution drafter
+DRAFT_METHODS = ("ar", "zipar", "sjd", "scd", "gsd", "pjd", "mulo")
+SCHEDULED_DRAFTS = ("ar", "zipar")   # drafted in place, band by band; the others decode the whole grid
+# the knobs each draft method reads; a nested spec may set only these (any other is a misplaced knob)
+_JACOBI = ("sjd_window", "sjd_init")
+MULO_KNOBS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
+              "rejection", "context", "sjd_window", "redraft", "draft_method")
+METHOD_KNOBS = {"ar": (), "zipar": ("window",), "sjd": _JACOBI, "scd": _JACOBI,
+                "gsd": (*_JACOBI, "gsd_group", "gsd_gap", "gsd_dist"), "pjd": (*_JACOBI, "pjd_c"), "mulo": MULO_KNOBS}
+DRAFT_SPEC_MAX = 64
 REJECTION_MODES = ("local", "raster")
 CONTEXT_MODES = ("exact", "verify")
 SJD_INITS = ("random", "repeat", "above")
@@ -37,10 +48,12 @@ class MethodParams:
     scale: int = 2              # mulo: up-scale factor r (drafter grid = target grid / r)
     radius: int = 1             # mulo: Chebyshev expansion radius l
     window: int = 4             # zipar window w; also the window inside mulo's islands
-    draft_window: int = 0       # mulo: ZipAR window of the drafter (0 = serial drafting)
+    draft_window: int = 0       # mulo: shorthand of draft_method=zipar/window=w (0 = off)
     draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)
     upsampler: str = "pixel"    # mulo: pixel | nearest
-    resample: str = "islands"   # mulo: serial | islands
+    resample: str = "islands"   # mulo: serial | islands (ZipAR inside islands) | jacobi (row-causal Jacobi inside islands)
+    redraft: str = "independent"  # mulo resample=jacobi: unaccepted guesses redrawn from p (independent) or coupled (scd)
+    draft_method: str = "ar"    # mulo: the method decoding the drafter's grid, name[/knob=value...] (see draft_spec)
     rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
     context: str = "verify"     # mulo: verify (passed cells keep verify-time K/V) | exact (rewrite changed K/V)
     gamma: int = 4              # sd/lantern: tokens drafted per cycle
@@ -71,6 +84,52 @@ class RunConfig:
 
     def with_params(self, **kw) -> "RunConfig":
         return replace(self, params=replace(self.params, **kw))
+
+
+_FIELD_TYPES = {name: typ for name, typ in MethodParams.__annotations__.items()}
+
+
+def knob_value(key: str, text: str):
+    """A method knob's value from spec text, typed as its MethodParams field; a bad value names the knob."""
+    typ = _FIELD_TYPES[key]
+    try:
+        return int(text) if typ == "int" else float(text) if typ == "float" else text
+    except ValueError:
+        raise ParameterError(f"{key} must be {'an integer' if typ == 'int' else 'a number'}; got {_short(text)}") from None
+
+
+def draft_spec(p: MethodParams) -> tuple[str, MethodParams]:
+    """The method that decodes mulo's drafter grid, and its knobs.
+
+    draft_method is `name` or `name/knob=value/...`: the nested method inherits every knob of p (the
+    sampling too), except that its own draft_method is ar unless its spec names one; a nested
+    `draft_method=` takes the rest of the spec, so a nested mulo's knobs come before it. A knob the
+    named method does not read is refused (it would be a misplaced knob of another level).
+    draft_window = w > 0 is the shorthand of draft_method=zipar/window=w."""
+    if p.draft_window:
+        _check(p.draft_method == "ar", "draft_window", "0 when draft_method names a method (draft_window=w is the "
+               "shorthand of draft_method=zipar/window=w)", p.draft_window)
+        return "zipar", replace(p, draft_window=0, window=p.draft_window)
+    spec = "name or name/knob=value/..."
+    name, *parts = p.draft_method.split("/")
+    _check(name in DRAFT_METHODS, "draft_method", f"{spec}, name one of {', '.join(DRAFT_METHODS)}", p.draft_method)
+    over: dict = {}
+    for n, part in enumerate(parts):
+        key, eq, value = part.partition("=")
+        key = key.replace("-", "_")
+        _check(eq == "=" and key != "" and value != "", "draft_method", f"{spec}; {part!r} is not knob=value",
+               p.draft_method)
+        if key == "draft_method":
+            over[key] = "/".join([value, *parts[n + 1:]])
+            break
+        _check(key in METHOD_KNOBS[name] and key not in over, "draft_method",
+               f"{spec} with knobs that {name} reads, each once ({', '.join(METHOD_KNOBS[name]) or 'none'}); "
+               f"{key!r} is not one (a nested draft_method= takes the rest of the spec)", p.draft_method)
+        try:
+            over[key] = knob_value(key, value)
+        except ParameterError as e:
+            raise ParameterError(f"draft_method {_short(p.draft_method)}: {e}") from None
+    return name, replace(replace(p, draft_method="ar", draft_window=0), **over)
 
 
 def _check(ok: bool, name: str, allowed: str, value) -> None:
@@ -107,7 +166,8 @@ def _check_types(run: RunConfig) -> None:
     p, s = run.params, run.sampling
     for name, v in (("method", run.method), ("prompt", run.prompt), ("model", run.model),
                     ("upsampler", p.upsampler), ("resample", p.resample), ("rejection", p.rejection),
-                    ("sjd_init", p.sjd_init), ("context", p.context)):
+                    ("sjd_init", p.sjd_init), ("context", p.context),
+                    ("redraft", p.redraft), ("draft_method", p.draft_method)):
         _check(isinstance(v, str), name, "text", v)
     for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
                     ("window", p.window), ("draft_window", p.draft_window), ("draft_rows", p.draft_rows),
@@ -145,6 +205,7 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
            p.draft_rows)
     _check(p.upsampler in UPSAMPLERS, "upsampler", f"one of {', '.join(UPSAMPLERS)}", p.upsampler)
     _check(p.resample in RESAMPLE_MODES, "resample", f"one of {', '.join(RESAMPLE_MODES)}", p.resample)
+    _check(p.redraft in REDRAFTS, "redraft", f"one of {', '.join(REDRAFTS)}", p.redraft)
     _check(p.rejection in REJECTION_MODES, "rejection", f"one of {', '.join(REJECTION_MODES)}", p.rejection)
     _check(p.context in CONTEXT_MODES, "context", f"one of {', '.join(CONTEXT_MODES)}", p.context)
     _check(1 <= p.gamma <= GAMMA_MAX, "gamma", f"in [1, {GAMMA_MAX}]", p.gamma)
@@ -159,3 +220,23 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(0.0 < p.cool_delta <= 100.0, "cool_delta", "in (0, 100]", p.cool_delta)
     _check(0.0 <= p.cool_nu <= 10.0, "cool_nu", "in [0, 10]", p.cool_nu)
     _check(p.cool_norm in COOL_NORMS, "cool_norm", f"one of {', '.join(COOL_NORMS)}", p.cool_norm)
+    if run.method == "mulo":
+        _validate_drafting(run, vocab_size, grid, methods)
+
+
+def _validate_drafting(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) -> None:
+    """mulo's draft_method: a method that can decode the drafter grid, with valid knobs on that grid."""
+    p = run.params
+    _check(len(p.draft_method) <= DRAFT_SPEC_MAX, "draft_method", f"at most {DRAFT_SPEC_MAX} characters",
+           p.draft_method)
+    name, sub = draft_spec(p)
+    if name not in SCHEDULED_DRAFTS:
+        _check(p.draft_rows == 0 and p.rejection == "local", "draft_method",
+               f"ar or zipar when draft_rows > 0 or rejection=raster (those draft band by band; {name} "
+               f"decodes the whole low-res grid)", p.draft_method)
+    h, w = grid[0] // p.scale, grid[1] // p.scale
+    try:  # ar and zipar draft in place, band by band: draft_rows is the outer level's knob
+        validate(replace(run, method=name, params=replace(sub, draft_rows=0) if name in SCHEDULED_DRAFTS else sub),
+                 vocab_size, (h, w), methods)
+    except ParameterError as e:
+        raise ParameterError(f"draft_method {_short(p.draft_method)} on the {h}x{w} grid: {e}") from None

@@ -238,10 +238,11 @@ def sample_cells(dec: Decoder, cells: list[int], known: np.ndarray, gen: torch.G
 
 
 def decode_step(phase: str, model: str, dec: Decoder, cells: list[int], known: np.ndarray, gen,
-                placeholder=None, **extra) -> Step:
+                placeholder=None, level: int = 0, **extra) -> Step:
     f: dict = {}
     with timed(f, (dec,)):
         if dec.p0 is None:
             dec.prefill()
         toks, _ = sample_cells(dec, cells, known, gen, placeholder)
-    return Step(phase, model, f["nfe"], f["wall_ms"], cells_of(cells, dec.grid[1]), toks, dict(extra, fed=f["fed"]))
+    return Step(phase, model, f["nfe"], f["wall_ms"], cells_of(cells, dec.grid[1]), toks, dict(extra, fed=f["fed"]),
+                level)

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from .config import ParameterError, RunConfig, validate
+from .config import ParameterError, RunConfig, draft_spec, validate
 from .decoding import MethodContext
 from .methods import registry
 from .models.pair import ModelPair
@@ -67,6 +67,8 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
     if run.method == "mulo" and run.params.k > pair.neighbours.shape[1]:
         raise ParameterError(f"k must be at most {pair.neighbours.shape[1]} for the {pair.name} model pair (its "
                              f"codebook neighbour table holds {pair.neighbours.shape[1]} per code); got {run.params.k}")
+    if run.method == "mulo":
+        _check_cascade(run.params, pair)
     pair.caption(run.prompt, pair.grid)  # unknown words fail here, before any model runs
     gen = torch.Generator(device="cpu").manual_seed(run.seed)
     drafter = pair.multiscale if run.method == "mulo" else pair.small
@@ -75,6 +77,26 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
     return MethodContext(target=pair.target, drafter=drafter, tokenizer=pair.tokenizer, grid=pair.grid,
                          caption=lambda grid: pair.caption(run.prompt, grid), sampling=run.sampling,
                          params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours.cpu())
+
+
+def _check_cascade(p, pair: ModelPair) -> None:
+    """Every level of a cascade (draft_method=mulo/...) drafts on a grid the pair's multi-resolution
+    model serves, and pools at most the neighbours its table holds."""
+    r = p.scale
+    while True:
+        name, sub = draft_spec(p)
+        if name != "mulo":
+            return
+        H, W = pair.grid
+        if r * sub.scale not in pair.scales:
+            served = ", ".join(f"{H // s}x{W // s}" for s in pair.scales)
+            raise ParameterError(f"draft_method {p.draft_method!r} drafts its {H // r}x{W // r} grid on "
+                                 f"{H // (r * sub.scale)}x{W // (r * sub.scale)}; the {pair.name} pair's "
+                                 f"multi-resolution model serves {served}")
+        if sub.k > pair.neighbours.shape[1]:
+            raise ParameterError(f"draft_method {p.draft_method!r}: k must be at most {pair.neighbours.shape[1]} "
+                                 f"for the {pair.name} model pair; got {sub.k}")
+        p, r = sub, r * sub.scale
 
 
 def _grid_list(a) -> list | None:
@@ -106,10 +128,17 @@ def stream(run: RunConfig, pair: ModelPair | None = None) -> Iterator[Step | Tra
         t0 = time.perf_counter()
     draft_grid = None if result.draft is None else list(result.draft.shape)
     params = dict(run.params.__dict__, **run.sampling.__dict__)
+    nested = [dict(grid=lv["grid"], method=lv["method"], tokens=_grid_list(lv["tokens"]),
+                   proposal=_grid_list(lv["proposal"]), draft=_grid_list(lv["draft"]))
+              for lv in result.extra.get("levels", [])]
+    grids = [list(pair.grid)] + ([draft_grid] if draft_grid else []) + [lv["grid"] for lv in nested[1:]]
+    if nested and nested[-1]["draft"] is not None:  # the deepest run drafted on a grid of its own
+        grids.append(list(np.asarray(nested[-1]["draft"]).shape))
     yield Trace(method=run.method, params=params, seed=run.seed, prompt=run.prompt, model=pair.name,
-                grid=dict(target=list(pair.grid), draft=draft_grid), tokens=_grid_list(result.tokens),
+                grid=dict(target=list(pair.grid), draft=draft_grid, levels=grids), tokens=_grid_list(result.tokens),
                 proposal=_grid_list(result.proposal), draft=_grid_list(result.draft), steps=steps,
-                totals=totals(steps, work * 1000.0, result.passed_fraction, result.kept_fraction))
+                totals=totals(steps, work * 1000.0, result.passed_fraction, result.kept_fraction, len(grids)),
+                levels=nested or None)
 
 
 def run(run_cfg: RunConfig, pair: ModelPair | None = None) -> Trace:

@@ -1,4 +1,10 @@
-"""The Trace: what a run did, step by step, as data (schema "mulo-trace/2"; "/1" files are still read).
+"""The Trace: what a run did, step by step, as data (schema "mulo-trace/3"; "/2" and "/1" files are still read).
+
+/3 adds levels: `grid.levels` lists the grids a run works on (0 the target, 1 the drafter's, 2 the
+drafter's drafter in a cascade), each step names its `level` (absent: 0), `totals.level_nfe` counts
+the passes per level, and a run whose drafter was a run of its own (draft_method) keeps each deeper
+level's tokens, proposal and draft in `levels`. A /2 trace reads as levels [target, draft], its draft
+and refresh steps at level 1.
 
 Every method yields Steps; the engine wraps them into a Trace that round-trips through JSON. A
 reader rejects unknown schema versions and malformed files with a TraceError that says what is
@@ -14,8 +20,9 @@ from typing import Callable
 
 import numpy as np
 
-SCHEMA = "mulo-trace/2"
-OLD_SCHEMAS = ("mulo-trace/1",)  # read and converted: totals.accepted_fraction -> passed / kept
+SCHEMA = "mulo-trace/3"
+V2 = "mulo-trace/2"
+OLD_SCHEMAS = (V2, "mulo-trace/1")  # read and converted: /1 totals.accepted_fraction -> passed / kept; /2 levels
 PHASES = ("draft", "upsample", "verify", "resample", "decode", "refresh")
 MODELS = ("target", "drafter", None)
 MAX_BYTES = 24 * 1024 * 1024     # a real 32x32 trace: ~1.3 MB (sd, gamma 16), 17.5 MB (mulo raster rejection, tau 0.5)
@@ -34,10 +41,13 @@ class Step:
     cells: list                      # [[i, j], ...] written or judged (target grid, or draft grid for draft)
     tokens: list | None = None       # token written at each cell (None for judging steps)
     extra: dict = field(default_factory=dict)  # verify: band, pooled, accepted, resample, islands; ...
+    level: int = 0                   # the grid it works on: 0 target, 1 the drafter's, 2 the drafter's drafter
 
     def to_dict(self) -> dict:
         d = dict(phase=self.phase, model=self.model, nfe=self.nfe, wall_ms=round(self.wall_ms, 3),
                  cells=self.cells)
+        if self.level:
+            d["level"] = self.level
         if self.tokens is not None:
             d["tokens"] = self.tokens
         d.update(self.extra)
@@ -57,12 +67,17 @@ class Trace:
     draft: list | None
     steps: list                       # list of step dicts (Step.to_dict())
     totals: dict
+    levels: list | None = None        # levels 1.. when the drafter ran a method of its own: {grid, method,
+                                      # tokens, proposal, draft} each (level 1's tokens are `draft`)
     schema: str = SCHEMA
 
     def to_dict(self) -> dict:
-        return dict(schema=self.schema, method=self.method, params=self.params, seed=self.seed,
-                    prompt=self.prompt, model=self.model, grid=self.grid, tokens=self.tokens,
-                    proposal=self.proposal, draft=self.draft, steps=self.steps, totals=self.totals)
+        d = dict(schema=self.schema, method=self.method, params=self.params, seed=self.seed,
+                 prompt=self.prompt, model=self.model, grid=self.grid, tokens=self.tokens,
+                 proposal=self.proposal, draft=self.draft, steps=self.steps, totals=self.totals)
+        if self.levels is not None:
+            d["levels"] = self.levels
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -99,9 +114,9 @@ class Trace:
         if missing:
             raise TraceError(f"the trace lacks the field(s) {', '.join(missing)}")
         if d["schema"] != SCHEMA:
-            d = _from_v1(d)
+            d = _from_v2(d if d["schema"] == V2 else _from_v1(d))
         _validate(d, limits_for)
-        return Trace(**{k: d[k] for k in FIELDS})
+        return Trace(**{k: d[k] for k in FIELDS}, levels=d.get("levels"))
 
 
 FIELDS = ("method", "params", "seed", "prompt", "model", "grid", "tokens", "proposal", "draft", "steps", "totals")
@@ -110,6 +125,7 @@ MAX_DIGITS = 19           # integers up to 2^63 - 1
 MAX_SIDE = 256            # a token grid side
 STEPS_PER_CELL = 48       # steps a run may take per cell of its grids (mulo raster rejection at tau 0.5: 36)
 CELLS_PER_CELL = 512      # cells a run's steps may write or judge, per cell of its grids (raster, tau 0.5: 334)
+MAX_LEVELS = 4            # target, drafter, and two levels of cascade
 STEP_KEYS = {"phase", "model", "nfe", "wall_ms", "cells", "tokens", "judged", "accepted", "prob", "resampled",
              "bonus", "band", "pooled", "resample", "islands", "rows"}   # the step fields that may hold lists
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")   # method, model, parameter names: no markup, no paths
@@ -220,7 +236,14 @@ def _validate(d: dict, limits_for) -> None:
             raise TraceError(f"{name} must be " + ("null or " if name != "tokens" else "")
                              + (f"a {shape[0]}x{shape[1]} grid of codebook tokens in [0, {limits.vocab_size})"
                                 if shape else "null when grid.draft is null"))
-    _validate_steps(d["steps"], (H, W), None if dg is None else tuple(dg), limits)
+    levels = grid.get("levels")
+    if not (isinstance(levels, list) and 1 <= len(levels) <= MAX_LEVELS and all(_pair(g, 1, MAX_SIDE) for g in levels)
+            and levels[0] == [H, W] and (dg is None) == (len(levels) == 1) and (dg is None or levels[1] == list(dg))
+            and all(tuple(g) in limits.drafts for g in levels[1:])):
+        raise TraceError(f"grid.levels must list the grids of the run ([H, W] of the target, then grid.draft, then "
+                         f"any deeper drafter grid the pair serves), at most {MAX_LEVELS}")
+    _validate_levels(d.get("levels"), levels, token)
+    _validate_steps(d["steps"], [tuple(g) for g in levels], limits)
     t = d["totals"]
     if not isinstance(t, dict) or not all(k in t for k in TOTALS):
         raise TraceError(f"totals must give {', '.join(TOTALS)}")
@@ -228,6 +251,26 @@ def _validate(d: dict, limits_for) -> None:
             and all(t[k] is None or _is_num(t[k], 0.0, 1.0) for k in ("passed_fraction", "kept_fraction"))):
         raise TraceError("totals: NFE counts must be integers >= 0, wall_ms a number >= 0 and the fractions "
                          "null or in [0, 1]")
+    if "level_nfe" in t and not (isinstance(t["level_nfe"], list) and len(t["level_nfe"]) == len(levels)
+                                 and all(_is_int(v) for v in t["level_nfe"])):
+        raise TraceError("totals: level_nfe must hold one integer >= 0 per level of grid.levels")
+
+
+def _validate_levels(nested, grids: list, token) -> None:
+    """The deeper levels' grids: level l (1..) has grids[l]'s tokens, a proposal of that shape or null,
+    and a draft on grids[l + 1] or null."""
+    if nested is None:
+        return
+    if not (isinstance(nested, list) and 1 <= len(nested) <= len(grids) - 1):
+        raise TraceError(f"levels must be null or a list of at most {len(grids) - 1} levels below the target")
+    for n, lv in enumerate(nested, start=1):
+        shape, below = grids[n], grids[n + 1] if n + 1 < len(grids) else None
+        if not (isinstance(lv, dict) and isinstance(lv.get("method"), str) and NAME.fullmatch(lv["method"])
+                and lv.get("grid") == shape and _grid_ok(lv.get("tokens"), *shape, ok=token)
+                and (lv.get("proposal") is None or _grid_ok(lv["proposal"], *shape, ok=token))
+                and (lv.get("draft") is None or (below is not None and _grid_ok(lv["draft"], *below, ok=token)))):
+            raise TraceError(f"levels[{n - 1}] must give method, grid {shape}, tokens on it, and proposal "
+                             f"(same grid) and draft (the next level's grid) or null")
 
 
 def _limits(d: dict, limits_for) -> Limits:
@@ -243,14 +286,14 @@ def _limits(d: dict, limits_for) -> Limits:
         except ValueError as e:
             raise TraceError(str(e)) from None
     H, W = grid["target"]
-    dg = grid.get("draft")
-    return Limits((H, W), () if dg is None else (tuple(dg),), 2 ** 31)
+    levels = grid.get("levels")
+    deeper = [tuple(g) for g in levels[1:] if _pair(g, 1, MAX_SIDE)] if isinstance(levels, list) else []
+    return Limits((H, W), tuple(deeper), 2 ** 31)
 
 
-def _validate_steps(steps, target: tuple[int, int], draft: tuple[int, int] | None, limits: Limits) -> None:
-    """Each step's fields, and the counts a real run on these grids stays under."""
-    H, W = target
-    cells_total = H * W + (draft[0] * draft[1] if draft else 0)
+def _validate_steps(steps, grids: list[tuple[int, int]], limits: Limits) -> None:
+    """Each step's fields on the grid of its level, and the counts a real run on these grids stays under."""
+    cells_total = sum(h * w for h, w in grids)
     if not isinstance(steps, list) or len(steps) > STEPS_PER_CELL * cells_total:
         raise TraceError(f"steps must be a list of at most {STEPS_PER_CELL * cells_total} steps "
                          f"({STEPS_PER_CELL} per cell of the grids)")
@@ -262,8 +305,9 @@ def _validate_steps(steps, target: tuple[int, int], draft: tuple[int, int] | Non
             raise TraceError(f"step {n} needs an integer nfe in [0, {cells_total}] and a number wall_ms >= 0")
         if s.get("grid", "target") not in ("target", "draft"):
             raise TraceError(f"step {n}: grid must be 'target' or 'draft'")
-        on_draft = draft is not None and (s["phase"] == "draft" or s.get("grid") == "draft")
-        h, w = draft if on_draft else target
+        if not _is_int(s.get("level", 0), 0, len(grids) - 1):
+            raise TraceError(f"step {n}: level must be an integer in [0, {len(grids) - 1}] (one per grid.levels)")
+        h, w = grids[s.get("level", 0)]
         cell = lambda c: _pair(c, 0, max(h, w) - 1) and c[0] < h and c[1] < w  # noqa: E731
         cells, judged = s.get("cells"), s.get("judged")
         if not isinstance(cells, list) or not (judged is None or isinstance(judged, list)):
@@ -296,7 +340,7 @@ def _validate_steps(steps, target: tuple[int, int], draft: tuple[int, int] | Non
                 raise TraceError(f"step {n}: {_show(key)} is not a step field this reader knows; such fields "
                                  f"may hold a number, a short word or null only")
         if "band" in s:
-            _validate_band(n, s, H, W)
+            _validate_band(n, s, h, w)
         elif "accepted" in s and not (isinstance(s["accepted"], list) and len(s["accepted"]) <= h * w
                                       and all(isinstance(a, bool) for a in s["accepted"])):
             raise TraceError(f"step {n}: accepted must be a list of true / false")
@@ -338,17 +382,32 @@ def _from_v1(d: dict) -> dict:
         t.update(passed_fraction=sum(map(bool, verdicts)) / len(verdicts), kept_fraction=old)
     else:
         t.update(passed_fraction=old, kept_fraction=sum(map(bool, verdicts)) / max(n_cells, 1))
-    return dict(d, schema=SCHEMA, totals=t)
+    return dict(d, schema=V2, totals=t)
+
+
+def _from_v2(d: dict) -> dict:
+    """A mulo-trace/2 dict in the /3 vocabulary: levels [target, draft]; draft and refresh steps
+    (grid "draft") at level 1."""
+    grid, steps = d.get("grid"), d.get("steps")
+    if not isinstance(grid, dict) or not isinstance(steps, list):
+        return d  # _validate names what is wrong
+    levels = [grid.get("target")] + ([grid["draft"]] if grid.get("draft") is not None else [])
+    steps = [dict(s, level=1) if isinstance(s, dict) and levels[1:] and (s.get("phase") == "draft"
+                                                                        or s.get("grid") == "draft") else s
+             for s in steps]
+    return dict(d, schema=SCHEMA, grid=dict(grid, levels=levels), steps=steps)
 
 
 def _flat(x) -> list:
     return [v for r in x for v in (_flat(r) if isinstance(r, list) else [r])] if isinstance(x, list) else []
 
 
-def totals(steps: list[dict], wall_ms: float, passed_fraction: float | None, kept_fraction: float | None) -> dict:
-    """passed_fraction: share of judged cells that passed the acceptance test (mulo: pooled >= tau);
+def totals(steps: list[dict], wall_ms: float, passed_fraction: float | None, kept_fraction: float | None,
+           n_levels: int = 1) -> dict:
+    """level_nfe: passes per level (0 target, 1 drafter, 2 the drafter's drafter); passed_fraction: share of judged cells that passed the acceptance test (mulo: pooled >= tau);
     kept_fraction: share of the H x W cells whose drafted or proposed token was kept without
     resampling (mulo: outside R_X). wall_ms: all work of the run, not only the timed steps."""
     return dict(target_nfe=sum(s["nfe"] for s in steps if s["model"] == "target"),
                 drafter_nfe=sum(s["nfe"] for s in steps if s["model"] == "drafter"),
-                wall_ms=round(wall_ms, 3), passed_fraction=passed_fraction, kept_fraction=kept_fraction)
+                wall_ms=round(wall_ms, 3), passed_fraction=passed_fraction, kept_fraction=kept_fraction,
+                level_nfe=[sum(s["nfe"] for s in steps if s.get("level", 0) == lv) for lv in range(n_levels)])

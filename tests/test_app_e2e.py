@@ -34,7 +34,7 @@ def test_generate_returns_images_plots_and_a_trace(client):
     assert [t["type"] for t in traces] == ["heatmap"]                        # τ = 0: every cell passes, no contour
     assert "fewer sequential passes than ar (target + drafter)" in v["stats"]
     with open(trace_path) as f:
-        assert json.load(f)["schema"] == "mulo-trace/2"
+        assert json.load(f)["schema"] == "mulo-trace/3"
     # the session keeps the run: the scrubber replays it
     canvas, caption = client.predict(3, False, api_name="/scrub")
     assert canvas.endswith(".png") and "Step 3 of" in caption

@@ -31,7 +31,7 @@ def test_generate_writes_the_image_and_a_readable_trace(tmp_path):
     assert main(["generate", "--method", "mulo", "--scale", "4", "--prompt", PROMPT, "--seed", "1", "--out", str(out),
                  "--trace", str(trace)]) == 0
     d = json.loads(trace.read_text())
-    assert out.stat().st_size > 0 and d["schema"] == "mulo-trace/2" and d["grid"] == {"target": [32, 32], "draft": [8, 8]}
+    assert out.stat().st_size > 0 and d["schema"] == "mulo-trace/3" and d["grid"] == {"target": [32, 32], "draft": [8, 8], "levels": [[32, 32], [8, 8]]}
     # the file is a PNG of the trace's tokens decoded, at the tokenizer's size (32 tokens x 2 pixels)
     with open(out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -1,13 +1,18 @@
 """mulo: Multi-Scale Local Speculative Decoding (arXiv 2601.05149).
 
 One cycle per band of G low-resolution rows (G = all rows by default):
-  1. draft     the drafter q samples the band's low-res rows (serial, or ZipAR with draft_window)
+  1. draft     the drafter q decodes the band's low-res rows with `draft_method`: ar or zipar in place,
+               band by band; any other method (sjd, scd, gsd, pjd, mulo) decodes the whole low-res grid
+               as the target of its own run, its steps one level deeper (mulo: a cascade of scales)
   2. upsample  U_r maps the low-res canvas to the target grid; the band's rows are the proposal
   3. verify    one target forward over the band (teacher forcing); pooled mass on B_k >= tau passes
   4. reject    R_T = cells that did not pass; R_X = Chebyshev-l expansion clipped to raster >= t0;
                islands = 8-connected components of R_X
-  5. resample  R_X from the target's processed distribution: serial (one cell per forward) or
-               island-parallel (islands concurrently, ZipAR with `window` inside each)
+  5. resample  R_X from the target's processed distribution: serial (one cell per forward),
+               island-parallel (islands concurrently, ZipAR with `window` inside each) or jacobi
+               (islands concurrently, each island row a row-causal Jacobi window as in pjd, the proposal
+               as the first guesses with one-hot q; sjd's test min(1, p/q); unaccepted guesses redrawn
+               from p, independently or coupled as in scd)
   6. refresh   commit the band; the committed band is down-sampled (D_r) into the drafter's prefix
 
 `context` sets what the target reads while resampling: `exact` rewrites every slot whose token or
@@ -21,17 +26,84 @@ t0 + 1, cycle after cycle until the band is done.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
-from ..acceptance import pooled_mass, threshold_accept
-from ..decoding import UNKNOWN, MethodContext, cells_of, decode_step, predict, timed
+from ..acceptance import exact_accept_prob, pooled_mass, residual, threshold_accept
+from ..config import SCHEDULED_DRAFTS, draft_spec
+from ..decoding import UNKNOWN, Decoder, MethodContext, cells_of, decode_step, predict, timed
 from ..islands import expand, label_islands
 from ..sampling import sample
-from ..schedules import raster_waves, zipar_waves
+from ..schedules import island_rows, jacobi_windows, raster_waves, zipar_waves
 from ..trace import Step
 from ..upsampling import UPSAMPLERS, pixel_downsample
-from . import Result
+from . import Result, registry
+from .pjd import row_causal_predict
+from .scd import coupled_redraft
+from .sjd import independent_redraft
+
+
+def one_level_down(steps):
+    """The steps of a run on the drafter's grid as steps of this run: one level deeper, on the
+    drafter; decoding a drafter grid is drafting. Returns the run's Result."""
+    while True:
+        try:
+            s = next(steps)
+        except StopIteration as stop:
+            return stop.value
+        yield replace(s, phase="draft" if s.phase == "decode" else s.phase,
+                      model=None if s.model is None else "drafter", level=s.level + 1)
+
+
+def jacobi_resample(ctx: MethodContext, target: Decoder, labels: np.ndarray, final: np.ndarray,
+                    proposal: np.ndarray):
+    """5. resample=jacobi: every island row of `labels` (H, W) a row-causal Jacobi window, islands
+    concurrently, one target forward per wave; fills final (N,) at every island cell."""
+    p, W = ctx.params, ctx.grid[1]
+    V = ctx.tokenizer.vocab_size
+    redraft = coupled_redraft if p.redraft == "coupled" else independent_redraft
+    rows = island_rows(labels)
+    done = [0] * len(rows)
+    guesses = proposal.copy()                 # the proposal is the first iterate
+    q_of: dict[int, torch.Tensor] = {}        # the distribution a guess was drawn from; absent: one-hot
+    wave = 0
+    while active := jacobi_windows(rows, done, p.window, p.sjd_window):
+        windows = [(rows[n][1], [rows[n][1] * W + int(j) for j in cols]) for n, _, cols in active]
+        f: dict = {}
+        with timed(f, (target,)):
+            probs = row_causal_predict(target, windows, final, guesses, guesses)            # (T, V)
+            judged, accepted, committed = [], [], []
+            at = 0
+            for (n, top, _), (_, cells) in zip(active, windows):
+                q = torch.stack([q_of[c] if c in q_of else torch.nn.functional.one_hot(
+                    torch.tensor(int(guesses[c])), V).float() for c in cells])            # (len(cells), V)
+                k = 0
+                for i, c in enumerate(cells):
+                    x = int(guesses[c])
+                    ok = torch.rand(1, generator=ctx.gen).item() <= float(exact_accept_prob(probs[at + i, x], q[i, x]))
+                    judged.append(c)
+                    accepted.append(ok)
+                    if not ok and not top:    # a lower row's context lacks pending cells above: no residual
+                        break
+                    final[c] = x if ok else int(sample(residual(probs[at + i], q[i]), ctx.gen))
+                    committed.append(c)
+                    k += 1
+                    if not ok:
+                        break
+                done[n] += k
+                rest = cells[k:]
+                if rest:                      # the row's unaccepted guesses are redrawn from this pass's p
+                    old = torch.from_numpy(guesses[rest].copy())
+                    new, q_new = redraft(probs[at + k:at + len(cells)], q[k:], old, ctx.gen)
+                    guesses[rest] = new.numpy()
+                    q_of.update(zip(rest, q_new))
+                at += len(cells)
+        committed.sort()
+        yield Step("resample", "target", f["nfe"], f["wall_ms"], cells_of(committed, W), final[committed].tolist(),
+                   dict(wave=wave, fed=f["fed"], judged=cells_of(judged, W), accepted=accepted))
+        wave += 1
 
 
 def _low_canvas(low: np.ndarray, h: int, w: int, rows_done: int) -> torch.Tensor:
@@ -47,6 +119,7 @@ def run(ctx: MethodContext):
     r = p.scale
     h, w = H // r, W // r
     G = p.draft_rows or h
+    draft_method, draft_params = draft_spec(p)
     upsample = UPSAMPLERS[p.upsampler]
     target = ctx.decoder(ctx.target, (H, W), context=p.context)
     drafter = ctx.decoder(ctx.drafter, (h, w))
@@ -55,15 +128,25 @@ def run(ctx: MethodContext):
     draft_grid = np.full(h * w, UNKNOWN, dtype=np.int64)  # what the drafter sampled (first draft of each cell)
     proposal = np.full(H * W, UNKNOWN, dtype=np.int64)    # the up-sampled proposal each cell was judged on
     count = dict(judged=0, passed=0, kept=0)
+    levels: list[dict] = []                               # the drafter's levels when it is a run of its own
 
     def draft(lo: int, hi: int):
         """1. draft: low-res cells [lo, hi) (raster indices of the drafter grid) with the drafter."""
-        mask = np.zeros(h * w, dtype=bool)
-        mask[lo:hi] = True
-        mask = mask.reshape(h, w)
-        waves = raster_waves(mask) if p.draft_window == 0 else zipar_waves(mask.astype(np.int64), p.draft_window)
-        for wave in waves:
-            yield decode_step("draft", "drafter", drafter, wave, low, ctx.gen)
+        if draft_method in SCHEDULED_DRAFTS:
+            mask = np.zeros(h * w, dtype=bool)
+            mask[lo:hi] = True
+            mask = mask.reshape(h, w)
+            waves = raster_waves(mask) if draft_method == "ar" else \
+                zipar_waves(mask.astype(np.int64), draft_params.window)
+            for wave in waves:
+                yield decode_step("draft", "drafter", drafter, wave, low, ctx.gen, level=1)
+        else:  # the whole low-res grid (lo = 0, hi = h * w) as the target of a run of its own
+            sub = replace(ctx, target=ctx.drafter, grid=(h, w), params=draft_params)
+            res = yield from one_level_down(registry()[draft_method](sub))
+            low[:] = res.tokens.reshape(-1)
+            levels.append(dict(grid=[h, w], method=draft_method, tokens=res.tokens, proposal=res.proposal,
+                               draft=res.draft))
+            levels.extend(res.extra.get("levels", []))
         fresh = np.arange(lo, hi)[draft_grid[lo:hi] == UNKNOWN]
         draft_grid[fresh] = low[fresh]
 
@@ -122,6 +205,9 @@ def run(ctx: MethodContext):
         count["kept"] += int((~r_x).sum())
         labels = np.zeros((H, W), dtype=np.int64)
         labels[row_lo * r:row_hi * r] = islands
+        if p.resample == "jacobi":
+            yield from jacobi_resample(ctx, target, labels, final, proposal)
+            return
         waves = raster_waves(labels > 0) if p.resample == "serial" else zipar_waves(labels, p.window)
         for n, wave in enumerate(waves):
             yield decode_step("resample", "target", target, wave, final, ctx.gen, placeholder=proposal, wave=n)
@@ -171,7 +257,7 @@ def run(ctx: MethodContext):
             small = pixel_downsample(torch.from_numpy(rows), r, ctx.tokenizer).reshape(-1).numpy()
             low[row_lo * w:upto] = small[:upto - row_lo * w]
         yield Step("refresh", None, 0, f["wall_ms"], cells_of(range(row_lo * w, upto), w),
-                   low[row_lo * w:upto].tolist(), dict(grid="draft"))
+                   low[row_lo * w:upto].tolist(), dict(grid="draft"), 1)
 
     band_of = local_band if p.rejection == "local" else raster_band
     for row_lo in range(0, h, G):
@@ -180,4 +266,5 @@ def run(ctx: MethodContext):
         if row_hi < h:  # 6. refresh the drafter prefix with the committed band
             yield from down_sample(row_lo, row_hi, row_hi * w)
     return Result(tokens=final.reshape(H, W), proposal=proposal.reshape(H, W), draft=draft_grid.reshape(h, w),
-                  passed_fraction=count["passed"] / max(count["judged"], 1), kept_fraction=count["kept"] / (H * W))
+                  passed_fraction=count["passed"] / max(count["judged"], 1), kept_fraction=count["kept"] / (H * W),
+                  extra=dict(levels=levels) if levels else {})

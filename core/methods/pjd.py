@@ -49,11 +49,11 @@ def windows(front: list[int], W: int, c: int, L: int) -> list[tuple[int, list[in
 
 
 def row_causal_predict(dec: Decoder, rows: list[tuple[int, list[int]]], final: np.ndarray,
-                       guesses: np.ndarray) -> torch.Tensor:
+                       guesses: np.ndarray, placeholder: np.ndarray | None = None) -> torch.Tensor:
     """(T, V) processed distributions of every window cell, rows in order, in one forward.
 
     Feeds each window cell's raster predecessor (committed token, own-row guess, or for a row's
-    first cell a stand-in the cache never keeps); the Decoder adds, in the same forward, the
+    first cell a stand-in the cache never keeps: its placeholder if given); the Decoder adds, in the same forward, the
     committed slots that hold another token. A visibility mask hides every uncommitted slot of
     another row from each query, so no query reads another row's guesses."""
     H, W = dec.grid
@@ -72,7 +72,7 @@ def row_causal_predict(dec: Decoder, rows: list[tuple[int, list[int]]], final: n
                 inputs[p] = (int(guesses[p]), True)
                 known[p] = guesses[p]
             else:                                    # the row above's last cell: not committed yet
-                inputs[p] = (stand_in(final, None, p, W), False)
+                inputs[p] = (stand_in(final, placeholder, p, W), False)
             owner[p] = r
     rows_out: dict[int, torch.Tensor] = {}
     if inputs:
