@@ -21,7 +21,7 @@ import gradio as gr
 import torch
 
 from core import bench, engine, report
-from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig, validate
+from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig, draft_spec, validate
 from core.embedded import family
 from core.embedded.domain import COLS, ROWS, PromptError, parse_prompt
 from core.embedded.evaluate import quality as measured_quality
@@ -42,10 +42,10 @@ except ImportError:
 KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "draft_window", "draft_rows",
          "upsampler", "resample", "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init",
          "cfg", "temperature", "top_k", "model", "cfg_interval", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c",
-         "cool_delta", "cool_nu", "cool_norm")
+         "cool_delta", "cool_nu", "cool_norm", "draft_method", "redraft")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
                  "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group",
-                 "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm")
+                 "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm", "draft_method", "redraft")
 _SAMPLING_FIELDS = ("cfg", "temperature", "top_k", "cfg_interval")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
          "top_k", "cfg_interval", "gsd_group", "pjd_c"}
@@ -78,6 +78,18 @@ PRESETS: dict[str, tuple[str, dict]] = {
                           "island-parallel resampling, same rule.", dict(resample="serial")),
     "4× up-scaling": ("The drafter works on an 8×8 grid (r = 4): 16× fewer draft tokens, a rougher proposal.",
                       dict(scale=4)),
+    "Any method drafts: ZipAR drafter": ("The drafter's 16×16 grid is decoded by ZipAR instead of token by "
+                                         "token (draft_method = zipar/window=2): each low-res row starts once the "
+                                         "row above has 2 tokens, so drafting takes about 46 passes instead of "
+                                         "256. The target's verification and islands work as before (w = 2 "
+                                         "inside islands too).",
+                                         dict(draft_method="zipar/window=2", window=2)),
+    "Cascade of scales (8×8 → 16×16 → 32×32)": (
+        "draft_method = mulo/scale=2: the 8×8 grid drafts the 16×16 one, which the multi-resolution drafter "
+        "verifies and resamples in islands itself, then that grid is up-sampled and verified at 32×32. "
+        "A row per level under the heatmap shows each level's draft, proposal, heatmap and islands. No "
+        "published method has a cascade: this is an experiment of this project.",
+        dict(draft_method="mulo/scale=2")),
     "ZipAR baseline": ("No drafter: the target decodes several rows at once, each row starting once the "
                        "row above has `window` tokens.", dict(method="zipar", window=8)),
     "AR baseline": ("One token per target pass, in raster order: the reference for speed and quality.",
@@ -312,8 +324,10 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
 
 
 # the outputs every view refresh returns, in this order (ui.py maps them onto components)
+CASCADE_ROWS = (1, 2)   # the levels a cascade verifies below the target (grid.levels holds at most 4 grids)
+LEVEL_VIEWS = ("", "_title", "_draft", "_proposal", "_heatmap", "_islands", "_key")   # per row: the column, ...
 VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "islands_key", "timeline", "stats",
-         "scrubber", "canvas", "step")
+         "scrubber", "canvas", "step") + tuple(f"level{n}{v}" for n in CASCADE_ROWS for v in LEVEL_VIEWS)
 
 # why a panel is empty, by method (mulo fills every panel)
 NO_DRAFT = {
@@ -402,7 +416,35 @@ def views(state: dict | None, show_grid: bool = False) -> tuple:
             stats_markdown(trace, baseline, state.get("timed")),
             gr.Slider(minimum=0, maximum=n, value=n, step=1),
             render.canvas_image(render.replay(trace, n), tok, show_grid),
-            render.step_caption(trace, n))
+            render.step_caption(trace, n),
+            *(v for level in CASCADE_ROWS for v in level_views(trace, level, tok, show_grid)))
+
+
+LEVEL_TITLE = ("### Level {n} ({h}×{w}, verified by the drafter)\n\n"
+               "A cascade of scales: the {dh}×{dw} grid (left) drafted this {h}×{w} grid; the pair's "
+               "multi-resolution drafter checked the up-sampled proposal itself (pooled mass ≥ τ = {tau:g}, k = {k}) "
+               "and resampled its islands, as the target does at {T}. What it kept and resampled is "
+               "{up}. **No published method has a cascade:** this is an experiment of this project.")
+
+
+def level_views(trace, n: int, tok, show_grid: bool = False) -> tuple:
+    """The row of cascade level n (LEVEL_VIEWS order): shown with its draft, proposal, heatmap, islands
+    and their key when the run has that level, hidden (and emptied) otherwise."""
+    lv = render.level_trace(trace, n)
+    if lv is None:
+        return gr.Column(visible=False), "", None, None, None, None, ""
+    (h, w), (dh, dw) = lv.grid["target"], lv.grid["draft"]
+    v = render.verdict(lv)
+    proposal = render.grid_image(lv.proposal, tok, False)
+    up = "the low-res draft above" if n == 1 else f"level {n - 1}'s draft"
+    title = LEVEL_TITLE.format(n=n, h=h, w=w, dh=dh, dw=dw, tau=float(lv.params.get("tau", 0.0)),
+                               k=lv.params.get("k", "?"), T="×".join(map(str, trace.grid["target"])), up=up)
+    return (gr.Column(visible=True), title, render.grid_image(lv.draft, tok, show_grid),
+            render.with_grid(proposal, h, w) if show_grid else proposal,
+            plots.heatmap(lv, v),
+            render.islands_image(proposal, v, show_grid) if v is not None else
+            render.message_image(f"Level {n} has no verify step in this trace."),
+            render.islands_key(v))
 
 
 def regrid(state: dict | None, show_grid: bool) -> tuple:
@@ -501,7 +543,11 @@ def expected_steps(run: RunConfig, grid) -> int:
         return W + (H - 1) * min(p.window, W)
     if run.method == "mulo":
         h, w = H // p.scale, W // p.scale
-        draft = h * w if p.draft_window == 0 else w + (h - 1) * min(p.draft_window, w)
+        try:   # the drafter's grid is a run of its own: the same estimate, one level down
+            name, sub = draft_spec(p)
+            draft = expected_steps(replace(run, method=name, params=sub), (h, w))
+        except ParameterError:
+            draft = h * w
         return draft + 2 + 8 * W // max(p.window, 1) + h
     if run.method in ("sd", "lantern"):
         return H * W * (p.gamma + 1) // 2
@@ -905,6 +951,8 @@ def _check_one(name: str, value, pair) -> str | None:
     try:
         cfg = run_config(*[value if k == name else DEFAULTS[k] for k in KNOBS])
         validate(cfg, pair.vocab_size, pair.grid, registry())
+        if cfg.method == "mulo":   # a cascade's grids must be ones the pair's multi-resolution model serves
+            engine._check_cascade(cfg.params, pair)   # what engine.context checks, without reading the prompt
     except ParameterError as e:
         return str(e)
     except gr.Error as e:

@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from core import engine
+from core.config import MethodParams, ParameterError, draft_spec
 
 from . import theme
 
@@ -94,6 +95,53 @@ def verdict(trace) -> Verdict | None:
         v.islands[r0:r1] = np.where(ids > 0, ids + seen, 0)
         seen += int(ids.max(initial=0))
     return v if found else None
+
+
+@dataclass
+class Level:
+    """One deeper level of a cascade (draft_method=mulo/...), shaped like a Trace so that every view of
+    the target level draws it: its grid as `target`, the grid that drafted it as `draft`, its own steps
+    (relabelled level 0), its method and the knobs it ran with (the outer run's, with its spec's on top)."""
+    level: int
+    method: str
+    grid: dict
+    params: dict
+    steps: list
+    tokens: list
+    proposal: list | None
+    draft: list | None
+
+
+def cascade_levels(trace) -> list[int]:
+    """The levels 1.. of grid.levels that were verified and drafted by a level below them: the levels
+    of a cascade (a drafter that ran ar, zipar, sjd… has no proposal and no verdict of its own)."""
+    grids = trace.grid.get("levels") or []
+    nested = getattr(trace, "levels", None) or []
+    return [n for n in range(1, len(grids) - 1) if n <= len(nested) and nested[n - 1].get("proposal") is not None]
+
+
+def _level_params(trace, n: int) -> dict:
+    """The knobs level n ran with: draft_spec applied n times to the run's knobs (the run's own, where an
+    uploaded trace's knobs do not parse)."""
+    names = MethodParams.__dataclass_fields__
+    try:
+        p = MethodParams(**{k: v for k, v in trace.params.items() if k in names})
+        for _ in range(n):
+            _, p = draft_spec(p)
+    except (ParameterError, TypeError, ValueError):
+        return dict(trace.params)
+    return dict(trace.params, **{k: getattr(p, k) for k in names})
+
+
+def level_trace(trace, n: int) -> Level | None:
+    """Level n (>= 1) of a cascade as a Trace-like view, or None when the run has no such level."""
+    if n not in cascade_levels(trace):
+        return None
+    grids = trace.grid["levels"]
+    lv = trace.levels[n - 1]
+    steps = [{k: v for k, v in s.items() if k != "level"} for s in trace.steps if s.get("level", 0) == n]
+    return Level(n, lv["method"], dict(target=list(grids[n]), draft=list(grids[n + 1]), levels=grids[n:]),
+                 _level_params(trace, n), steps, lv["tokens"], lv.get("proposal"), lv.get("draft"))
 
 
 @dataclass

@@ -6,8 +6,8 @@ import gradio as gr
 import numpy as np
 
 from core import engine
-from core.config import (CONTEXT_MODES, COOL_NORMS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS,
-                         UPSAMPLERS)
+from core.config import (CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS, REJECTION_MODES, RESAMPLE_MODES,
+                         SJD_INITS, UPSAMPLERS)
 from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 from core.trace import MAX_BYTES
@@ -124,10 +124,20 @@ def _more_knobs(vocab_size: int) -> dict:
                                 info="exact: rewrite K/V whose context changed; verify: passed tokens keep "
                                      "the verify pass's K/V (cheaper)")
         k["resample"] = gr.Radio(list(RESAMPLE_MODES), value=d["resample"], label="Resampling",
-                                 info="serial: one token per pass; islands: islands in parallel")
+                                 info="serial: one token per pass; islands: islands in parallel (ZipAR inside); "
+                                      "jacobi: the proposal is the first guess of a Jacobi iteration inside "
+                                      "each island")
+        k["redraft"] = gr.Radio(list(REDRAFTS), value=d["redraft"], label="Jacobi redraft (resample = jacobi)",
+                                info="unaccepted guesses redrawn from p (independent) or coupled with the old "
+                                     "guess (coupled, as scd)")
         k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")
         k["draft_rows"] = _slider("draft_rows", "Draft rows per cycle (0 = all)")
         k["draft_window"] = _slider("draft_window", "Drafter ZipAR window (0 = serial drafting)")
+        k["draft_method"] = gr.Textbox(d["draft_method"], label="Drafter's method (draft_method)", max_lines=1,
+                                       elem_id="draft_method",
+                                       info=f"name[/knob=value/...], name one of {', '.join(DRAFT_METHODS)}: "
+                                            "e.g. zipar/window=2, pjd/pjd_c=1, or mulo/scale=2 (a cascade: "
+                                            "8×8 drafts 16×16, verified there, then 32×32)")
     with gr.Accordion("SD, LANTERN and SJD knobs", open=False):
         k["gamma"] = _slider("gamma", "γ: tokens drafted per cycle (sd, lantern)")
         k["delta"] = _slider("delta", "δ: probability mass moved (lantern)")
@@ -159,6 +169,21 @@ def _more_knobs(vocab_size: int) -> dict:
                                  info="the pairs whose weights are on this machine (on a Space: every pair)")
         k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     return k
+
+
+def _level_row(n: int) -> dict:
+    """The views of cascade level n (keys as handlers.VIEWS names them): hidden until a run has the level."""
+    row = {}
+    with gr.Column(visible=False, elem_id=f"level{n}", elem_classes=["level-row"]) as row[f"level{n}"]:
+        row[f"level{n}_title"] = gr.Markdown(elem_id=f"level{n}-title", elem_classes=["explain"])
+        with gr.Row():
+            row[f"level{n}_draft"] = _grid(f"Level {n}: its draft", f"level{n}-draft")
+            row[f"level{n}_proposal"] = _grid(f"Level {n}: proposal", f"level{n}-proposal")
+            row[f"level{n}_islands"] = _grid(f"Level {n}: islands", f"level{n}-islands")
+        row[f"level{n}_key"] = gr.HTML(elem_id=f"level{n}-key")
+        row[f"level{n}_heatmap"] = gr.Plot(label=f"Level {n} acceptance heatmap", show_label=False,
+                                           elem_id=f"level{n}-heatmap")
+    return row
 
 
 def _prompt_builder(prompt: gr.Textbox) -> None:
@@ -267,6 +292,9 @@ def build_demo() -> gr.Blocks:
                                     islands_key = gr.HTML(elem_id="islands-key")
                                     cell = gr.Markdown("Click a cell of the proposal or of the heatmap to see its "
                                                        "numbers.", elem_id="cell")
+                            level_rows = {}
+                            for n in h.CASCADE_ROWS:   # a cascade's deeper levels, shown only when a run has them
+                                level_rows |= _level_row(n)
                             _explain("timing")
                             timeline = gr.Plot(label="Timeline", show_label=False, elem_id="timeline")
                             _explain("scrubber")
@@ -305,7 +333,7 @@ def build_demo() -> gr.Blocks:
 
         view_outputs = dict(draft=draft, proposal=proposal, final=final, baseline=baseline, heatmap=heatmap,
                             islands=islands, islands_key=islands_key, timeline=timeline, stats=stats,
-                            scrubber=scrubber, canvas=canvas, step=step)
+                            scrubber=scrubber, canvas=canvas, step=step, **level_rows)
         views = [view_outputs[v] for v in h.VIEWS]
         run_outputs = [state, status, trace_file, live, results, *views]
         model_events = dict(concurrency_id="model", concurrency_limit=1)

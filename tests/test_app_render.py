@@ -358,3 +358,50 @@ def test_a_picked_pair_without_its_weights_is_a_gr_error_naming_the_files(tmp_pa
     engine.load_pair.cache_clear()
     with pytest.raises(gr.Error, match="c2i_B_256.pt"):
         list(h.generate(None, False, *knobs(model="llamagen-c2i-B-256", prompt="207", method="ar")))
+
+
+def test_draft_method_and_redraft_are_knobs_of_the_page_the_link_and_the_presets():
+    assert {"draft_method", "redraft"} <= set(h.KNOBS) and h.DEFAULTS["draft_method"] == "ar"
+    link = h.share_link("http://127.0.0.1:7860/", None, *knobs(draft_method="mulo/scale=2", resample="jacobi",
+                                                                redraft="coupled"))
+    assert "draft_method=mulo%2Fscale%3D2" in link and "resample=jacobi" in link and "redraft=coupled" in link
+    out = h.preset("Cascade of scales (8×8 → 16×16 → 32×32)")
+    assert dict(zip(h.KNOBS, out))["draft_method"] == "mulo/scale=2" and "No published method has a cascade" in out[-1]
+    zipar = dict(zip(h.KNOBS, h.preset("Any method drafts: ZipAR drafter")))
+    assert zipar["draft_method"] == "zipar/window=2" and zipar["window"] == 2
+    # any other preset puts the drafter back to ar
+    assert dict(zip(h.KNOBS, h.preset("Raster rejection")))["draft_method"] == "ar"
+
+
+class _Request:
+    def __init__(self, **query):
+        self.query_params = query
+
+
+def test_a_link_loads_a_draft_method_and_refuses_a_bad_one_by_name(caplog):
+    out = dict(zip(h.KNOBS, h.from_query(_Request(draft_method="zipar/window=2", redraft="coupled",
+                                                  resample="jacobi"))))
+    assert out["draft_method"] == "zipar/window=2" and out["redraft"] == "coupled" and out["resample"] == "jacobi"
+    with caplog.at_level("WARNING", logger="mulo.app"):
+        for bad in ("zipar/scale=2", "mulo/scale=4", "bogus"):
+            out = dict(zip(h.KNOBS, h.from_query(_Request(draft_method=bad))))
+            assert isinstance(out["draft_method"], type(gr.skip())), bad
+    refused = [r.getMessage() for r in caplog.records if "link refused" in r.getMessage()]
+    assert len(refused) == 3 and all("ignored draft_method=" in m and ": draft_method " in m for m in refused), refused
+
+
+@pytest.mark.parametrize("spec", ["zipar/scale=2", "mulo/scale=4", "nope", "zipar/window"])
+def test_a_bad_draft_method_is_a_gr_error_naming_it(spec):
+    with pytest.raises(gr.Error, match="draft_method"):
+        list(h.generate(None, False, *knobs(draft_method=spec)))
+
+
+def test_the_step_estimate_follows_the_drafter_s_method():
+    """'step n of about N': the drafter's grid is estimated as a run of its own (ZipAR's count is exact)."""
+    grid = (32, 32)
+    ar = h.expected_steps(h.run_config(*knobs()), grid)
+    zipar = h.expected_steps(h.run_config(*knobs(draft_method="zipar/window=2")), grid)
+    assert ar - zipar == 16 * 16 - (16 + 15 * 2)
+    assert h.expected_steps(h.run_config(*knobs(draft_window=2)), grid) == zipar   # the shorthand
+    cascade = h.expected_steps(h.run_config(*knobs(draft_method="mulo/scale=2")), grid)
+    assert zipar < cascade < ar            # 64 drafter passes at 8x8, plus the 16x16 level's verify and islands

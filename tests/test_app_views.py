@@ -4,6 +4,7 @@ Traces come from the tiny random pair (fast, and sharp enough to reject); multi-
 make band offsets and cells judged more than once matter. The expected value of every cell is
 assembled here from the verify steps, cell by cell, without app.render's helpers.
 """
+import dataclasses
 import math
 import re
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from app import handlers as h
-from app import plots, render
+from app import plots, render, theme
 from core import engine
 from core.embedded import family
 from core.config import RunConfig
@@ -145,3 +146,79 @@ def test_the_bench_table_never_prints_nan_for_fd():
                wall_speedup=1.0, target_nfe_speedup=1.0, passed=None, kept=None, fed_per_pass=1.0,
                phase_ms={p: 0.0 for p in bench.PHASES}, adherence=1.0, frechet=float("nan"))
     assert "nan" not in bench.table(dict(prompts=1, seed=0, specs=["ar"], summary={"ar": row})).lower()
+
+
+def level_judgement(trace, level: int) -> dict[tuple[int, int], tuple[float, bool]]:
+    """last_judgement for the verify passes of one cascade level, on that level's grid."""
+    W = trace.grid["levels"][level][1]
+    out = {}
+    for s in trace.steps:
+        if s["phase"] != "verify" or s.get("level", 0) != level:
+            continue
+        r0 = s["band"][0]
+        for n, (p, a) in enumerate(zip(sum(s["pooled"], []), sum(s["accepted"], []))):
+            if p is not None:
+                out[(r0 + n // W, n % W)] = (p, a)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cascade(tiny_pair):
+    """16x16 target, its 8x8 level verified with its own τ (0.01, the target's 0.007), drafted at 4x4."""
+    t = mulo(tiny_pair, draft_method="mulo/scale=2/tau=0.01")
+    assert t.grid["levels"] == [[16, 16], [8, 8], [4, 4]]
+    return shipped_tokenizer(t)
+
+
+def shipped_tokenizer(trace):
+    """The tiny pair decodes with the shipped tokenizer, which views() loads by the embedded pair's name."""
+    return dataclasses.replace(trace, model="embedded")
+
+
+def test_a_cascade_level_row_shows_that_level_s_draft_proposal_verdicts_and_islands(cascade, tokenizer):
+    v = dict(zip(h.VIEWS, h.views({"trace": cascade})))
+    assert v["level1"].visible is True and v["level2"].visible is False
+    assert "Level 1 (8×8, verified by the drafter)" in v["level1_title"] and "τ = 0.01" in v["level1_title"]
+    assert "No published method has a cascade" in v["level1_title"]
+    nested = cascade.levels[0]
+    assert (v["level1_draft"] == render.grid_image(nested["draft"], tokenizer)).all()       # the 4x4 grid
+    assert (v["level1_proposal"] == render.grid_image(nested["proposal"], tokenizer)).all()
+    fig = v["level1_heatmap"]
+    heat = [d for d in fig.data if d.type == "heatmap"][0]
+    z, custom = np.asarray(heat.z, dtype=float), np.asarray(heat.customdata, dtype=object)
+    assert z.shape == (8, 8)
+    judged = level_judgement(cascade, 1)
+    assert len(judged) == 64 and {a for _, a in judged.values()} == {True, False}
+    px = render.SIZE // 8
+    for (i, j), (pooled, passed) in judged.items():
+        assert passed == (pooled >= 0.01)                       # the level's own τ, not the target's
+        assert z[i, j] == pytest.approx(min(0.0, max(plots.LOG_FLOOR, math.log10(max(pooled, 1e-12)))), abs=1e-9)
+        assert custom[i, j][0] == nested["proposal"][i][j]
+        assert custom[i, j][2] == ("passed τ" if passed else "below τ")
+        dot = tuple(v["level1_islands"][int((i + 0.5) * px), int((j + 0.5) * px)])
+        assert (dot == theme.rgb(theme.REJECTED)) == (not passed), (i, j)
+    assert f"τ = 0.01: {sum(a for _, a in judged.values())} of 64 passed τ" in fig.layout.title.text
+    assert f"below τ ({sum(not a for _, a in judged.values())} cells)" in v["level1_key"]
+    # the target level's own views keep the target's τ and grid
+    assert "τ = 0.007" in v["heatmap"].layout.title.text
+    assert np.asarray([d for d in v["heatmap"].data if d.type == "heatmap"][0].z).shape == (16, 16)
+
+
+def test_the_level_row_is_not_the_target_level_or_the_transpose(cascade):
+    """Negative control: the level-1 heatmap differs from its transpose and from the target's grid."""
+    z = np.asarray([d for d in h.views({"trace": cascade})[h.VIEWS.index("level1_heatmap")].data
+                    if d.type == "heatmap"][0].z, dtype=float)
+    expected = np.zeros_like(z)
+    for (i, j), (pooled, _) in level_judgement(cascade, 1).items():
+        expected[i, j] = min(0.0, max(plots.LOG_FLOOR, math.log10(max(pooled, 1e-12))))
+    assert np.abs(z - expected).max() < 1e-9 and np.abs(z - expected.T).max() > 1e-3
+
+
+@pytest.mark.parametrize("params", [dict(), dict(draft_method="pjd/pjd_c=1"), dict(draft_method="zipar/window=2")],
+                         ids=["ar-drafter", "pjd-drafter", "zipar-drafter"])
+def test_runs_without_a_cascade_hide_the_level_rows(tiny_pair, params):
+    """A drafter that ran a method of its own (pjd) is drawn in the low-res draft panel: no level row."""
+    v = dict(zip(h.VIEWS, h.views({"trace": shipped_tokenizer(mulo(tiny_pair, **params))})))
+    for n in h.CASCADE_ROWS:
+        assert v[f"level{n}"].visible is False
+        assert all(v[f"level{n}{name}"] in (None, "") for name in h.LEVEL_VIEWS[1:])
