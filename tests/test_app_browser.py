@@ -294,6 +294,8 @@ OVERLAPS_JS = """() => {
     }
     return true;
   };
+  // (.sr-only: the page's announcements to screen readers, e.g. "complete" for a second after an event,
+  // clipped to nothing and never drawn)
   const boxes = [];
   const add = (name, el, r) => {
     const host = el.nodeType === 3 ? el.parentElement : el;
@@ -302,7 +304,7 @@ OVERLAPS_JS = """() => {
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   while (walker.nextNode()) {
     const n = walker.currentNode, el = n.parentElement;
-    if (!n.textContent.trim() || !el || el.closest('svg, script, style, textarea, .toast-wrap, [role=listbox]')) continue;
+    if (!n.textContent.trim() || !el || el.closest('svg, script, style, textarea, .toast-wrap, [role=listbox], .sr-only')) continue;
     if (!shown(el)) continue;
     const range = document.createRange();
     range.selectNodeContents(n);
@@ -402,3 +404,40 @@ def test_the_report_page_draws_the_frontier_and_the_sweep_tab_opens_its_summary(
     page.locator("#summary-file input[type=file]").set_input_files(str(bench_folder / "summary.json"))
     expect(page.get_by_text("Opened a precomputed sweep")).to_be_visible(timeout=30_000)
     expect(page.locator("#sweep-plot .js-plotly-plot")).to_be_visible()
+
+
+def test_the_cascade_preset_shows_a_row_for_the_16x16_level_and_a_plain_run_hides_it(page, tmp_path):
+    from playwright.sync_api import expect
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.get_by_role("tab", name="Run").click()
+    page.locator("#preset input").click()
+    page.get_by_role("option", name="Cascade of scales (8×8 → 16×16 → 32×32)").click()
+    expect(page.locator("#preset-info")).to_contain_text("No published method has a cascade")
+    page.get_by_text("More MuLo-SD knobs").click()
+    expect(page.locator("#draft_method textarea, #draft_method input").first).to_have_value("mulo/scale=2")
+
+    generate_and_wait(page)
+    expect(page.locator("#level1")).to_be_visible()
+    expect(page.locator("#level1-title")).to_contain_text("Level 1 (16×16, verified by the drafter)")
+    expect(page.locator("#level1-title")).to_contain_text("No published method has a cascade")
+    for elem_id in ("level1-draft", "level1-proposal", "level1-islands"):
+        img = page.locator(f"#{elem_id} img").first
+        img.scroll_into_view_if_needed()   # images load lazily
+        expect(img).to_be_visible()
+        page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=img.element_handle())
+    page.locator("#level1-heatmap").scroll_into_view_if_needed()
+    expect(page.locator("#level1-heatmap .gtitle")).to_contain_text("of 256 passed τ")
+    expect(page.locator("#level2")).to_be_hidden()
+    expect(page.locator("#timeline .gtitle")).to_contain_text("no published method has one")
+    for width, height in ((1440, 900), (1024, 768)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(1200)   # Plotly re-lays out on resize
+        page.screenshot(path=str(tmp_path / f"cascade-{width}.png"), full_page=True)
+        assert not page.evaluate(OVERLAPS_JS), width
+
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.locator("#preset input").click()
+    page.get_by_role("option", name="Default operating point").click()
+    expect(page.locator("#draft_method textarea, #draft_method input").first).to_have_value("ar")
+    generate_and_wait(page)
+    expect(page.locator("#level1")).to_be_hidden()

@@ -106,3 +106,19 @@ def test_the_sweep_tab_opens_a_precomputed_summary_and_refuses_a_malformed_one(c
     bad.write_text('{"schema": "mulo-bench/1", "summary": {"mulo": {"method": "mulo", "passes": "many"}}}')
     with pytest.raises(Exception, match="cannot open this summary: the figures of 'mulo' lack passes_speedup"):
         client.predict(handle_file(str(bad)), api_name="/open_summary")
+
+
+def test_a_cascade_run_fills_its_level_row_and_a_bad_draft_method_is_named(client):
+    status, _, *views = client.predict(False, *knobs(draft_method="mulo/scale=2"), api_name="/generate")
+    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    assert "Done" in status
+    assert "Level 1 (16×16, verified by the drafter)" in v["level1_title"]
+    assert all(v[k] and v[k].endswith(".png") for k in ("level1_draft", "level1_proposal", "level1_islands"))
+    fig = json.loads(v["level1_heatmap"]["plot"])
+    assert fig["data"][0]["z"]["shape"] == "16, 16" and "of 256 passed τ" in fig["layout"]["title"]["text"]
+    assert not v["level2_title"] and v["level2_draft"] is None
+    status, _, *views = client.predict(False, *knobs(draft_method="zipar/window=2"), api_name="/generate")
+    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    assert "Done" in status and not v["level1_title"] and v["level1_draft"] is None
+    with pytest.raises(Exception, match="draft_method must be name or name/knob=value"):
+        client.predict(False, *knobs(draft_method="zipar/scale=2"), api_name="/generate")
