@@ -396,8 +396,9 @@ def test_a_bad_draft_method_is_a_gr_error_naming_it(spec):
         list(h.generate(None, False, *knobs(draft_method=spec)))
 
 
-def test_the_step_estimate_follows_the_drafter_s_method():
+def test_the_step_estimate_follows_the_drafter_s_method(monkeypatch):
     """'step n of about N': the drafter's grid is estimated as a run of its own (ZipAR's count is exact)."""
+    monkeypatch.setattr(h, "_steps_seen", {})    # no remembered run of these knobs
     grid = (32, 32)
     ar = h.expected_steps(h.run_config(*knobs()), grid)
     zipar = h.expected_steps(h.run_config(*knobs(draft_method="zipar/window=2")), grid)
