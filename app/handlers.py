@@ -325,9 +325,18 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
 
 # the outputs every view refresh returns, in this order (ui.py maps them onto components)
 CASCADE_ROWS = (1, 2)   # the levels a cascade verifies below the target (grid.levels holds at most 4 grids)
-LEVEL_VIEWS = ("", "_title", "_draft", "_proposal", "_heatmap", "_islands", "_key")   # per row: the column, ...
+LEVEL_VIEWS = ("_title", "_draft", "_proposal", "_heatmap", "_islands", "_key")   # the views of each level's row
 VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "islands_key", "timeline", "stats",
          "scrubber", "canvas", "step") + tuple(f"level{n}{v}" for n in CASCADE_ROWS for v in LEVEL_VIEWS)
+# the level rows' columns, shown or hidden by the handlers that change the run (generate, replay); their
+# outputs come before VIEWS, so that an API client (which receives no layout) still finds VIEWS last
+ROWS = tuple(f"level{n}" for n in CASCADE_ROWS)
+
+
+def rows(state: dict | None) -> tuple:
+    """The level rows' columns in ROWS order: visible for the levels of the stored run's cascade."""
+    levels = render.cascade_levels(state["trace"]) if state else []
+    return tuple(gr.Column(visible=n in levels) for n in CASCADE_ROWS)
 
 # why a panel is empty, by method (mulo fills every panel)
 NO_DRAFT = {
@@ -428,18 +437,18 @@ LEVEL_TITLE = ("### Level {n} ({h}×{w}, verified by the drafter)\n\n"
 
 
 def level_views(trace, n: int, tok, show_grid: bool = False) -> tuple:
-    """The row of cascade level n (LEVEL_VIEWS order): shown with its draft, proposal, heatmap, islands
-    and their key when the run has that level, hidden (and emptied) otherwise."""
+    """The views of cascade level n's row (LEVEL_VIEWS order): its draft, proposal, heatmap, islands and
+    their key when the run has that level, emptied otherwise (`rows` hides the row)."""
     lv = render.level_trace(trace, n)
     if lv is None:
-        return gr.Column(visible=False), "", None, None, None, None, ""
+        return "", None, None, None, None, ""
     (h, w), (dh, dw) = lv.grid["target"], lv.grid["draft"]
     v = render.verdict(lv)
     proposal = render.grid_image(lv.proposal, tok, False)
     up = "the low-res draft above" if n == 1 else f"level {n - 1}'s draft"
     title = LEVEL_TITLE.format(n=n, h=h, w=w, dh=dh, dw=dw, tau=float(lv.params.get("tau", 0.0)),
                                k=lv.params.get("k", "?"), T="×".join(map(str, trace.grid["target"])), up=up)
-    return (gr.Column(visible=True), title, render.grid_image(lv.draft, tok, show_grid),
+    return (title, render.grid_image(lv.draft, tok, show_grid),
             render.with_grid(proposal, h, w) if show_grid else proposal,
             plots.heatmap(lv, v),
             render.islands_image(proposal, v, show_grid) if v is not None else
@@ -557,7 +566,7 @@ def expected_steps(run: RunConfig, grid) -> int:
 def _live(status: str, live=None, stale: bool = True) -> tuple:
     """A streaming update: the status, the live canvas, the previous run's views marked stale (or
     not), every view itself left as is."""
-    out = [gr.skip()] * (5 + len(VIEWS))
+    out = [gr.skip()] * (5 + len(ROWS) + len(VIEWS))
     out[1] = status
     out[3] = gr.update(value=live, visible=True) if live is not None else gr.skip()
     out[4] = gr.Column(elem_classes=["results", "stale"] if stale else ["results"])
@@ -597,7 +606,7 @@ def fetching(name: str):
 def generate(request: gr.Request | None, show_grid, *knobs):
     """Run the method given by the knobs (KNOBS order), streaming its canvases into the live panel
     while the previous run's views stay, marked stale; then the ar baseline; then every view.
-    Yields (state, status, trace file, live canvas, results column, *VIEWS). After Stop the page
+    Yields (state, status, trace file, live canvas, results column, *ROWS, *VIEWS). After Stop the page
     shows the previous run's complete views, and says so."""
     session = _session(request)
     show_grid = show_grid is True
@@ -648,7 +657,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
             timed = dict(run=run_at, baseline=base_at, baseline_remembered=remembered)
     state = dict(trace=trace, baseline=baseline, timed=timed)
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", files.trace_file(trace),
-           gr.update(value=None, visible=False), gr.Column(elem_classes=["results"]), *views(state, show_grid))
+           gr.update(value=None, visible=False), gr.Column(elem_classes=["results"]), *rows(state), *views(state, show_grid))
 
 
 def _stopped(method: str, when: str) -> tuple:
@@ -703,7 +712,7 @@ def _forget_upload(path: str) -> None:
 
 
 def replay(path, show_grid=False):
-    """Upload handler: (state, status, trace file, *VIEWS) of an uploaded trace, with no model run."""
+    """Upload handler: (state, status, trace file, *ROWS, *VIEWS) of an uploaded trace, with no model run."""
     trace = load_trace(path)
     state = dict(trace=trace, baseline=None)
     try:
@@ -712,7 +721,7 @@ def replay(path, show_grid=False):
         raise user_error(f"cannot replay this trace: its steps are malformed ({type(e).__name__})") from None
     return (state, f"Replayed an uploaded **{trace.method}** trace (seed {trace.seed}); no model ran. It has "
                    "no ar baseline: press *Run or re-time the ar baseline* (Run tab) to time one.",
-            files.trace_file(trace), *shown)
+            files.trace_file(trace), *rows(state), *shown)
 
 
 def scrub(state, n, show_grid=False):

@@ -172,9 +172,10 @@ def _more_knobs(vocab_size: int) -> dict:
 
 
 def _level_row(n: int) -> dict:
-    """The views of cascade level n (keys as handlers.VIEWS names them): hidden until a run has the level."""
+    """The column of cascade level n, hidden until a run has the level, and its views (keys as
+    handlers.VIEWS names them)."""
     row = {}
-    with gr.Column(visible=False, elem_id=f"level{n}", elem_classes=["level-row"]) as row[f"level{n}"]:
+    with gr.Column(visible=False, elem_id=f"level{n}", elem_classes=["level-row"]) as column:
         row[f"level{n}_title"] = gr.Markdown(elem_id=f"level{n}-title", elem_classes=["explain"])
         with gr.Row():
             row[f"level{n}_draft"] = _grid(f"Level {n}: its draft", f"level{n}-draft")
@@ -183,7 +184,7 @@ def _level_row(n: int) -> dict:
         row[f"level{n}_key"] = gr.HTML(elem_id=f"level{n}-key")
         row[f"level{n}_heatmap"] = gr.Plot(label=f"Level {n} acceptance heatmap", show_label=False,
                                            elem_id=f"level{n}-heatmap")
-    return row
+    return column, row
 
 
 def _prompt_builder(prompt: gr.Textbox) -> None:
@@ -292,9 +293,11 @@ def build_demo() -> gr.Blocks:
                                     islands_key = gr.HTML(elem_id="islands-key")
                                     cell = gr.Markdown("Click a cell of the proposal or of the heatmap to see its "
                                                        "numbers.", elem_id="cell")
-                            level_rows = {}
+                            level_rows, level_columns = {}, []
                             for n in h.CASCADE_ROWS:   # a cascade's deeper levels, shown only when a run has them
-                                level_rows |= _level_row(n)
+                                column, row = _level_row(n)
+                                level_columns.append(column)
+                                level_rows |= row
                             _explain("timing")
                             timeline = gr.Plot(label="Timeline", show_label=False, elem_id="timeline")
                             _explain("scrubber")
@@ -335,7 +338,7 @@ def build_demo() -> gr.Blocks:
                             islands=islands, islands_key=islands_key, timeline=timeline, stats=stats,
                             scrubber=scrubber, canvas=canvas, step=step, **level_rows)
         views = [view_outputs[v] for v in h.VIEWS]
-        run_outputs = [state, status, trace_file, live, results, *views]
+        run_outputs = [state, status, trace_file, live, results, *level_columns, *views]
         model_events = dict(concurrency_id="model", concurrency_limit=1)
 
         # the model-running events and the scrubber take their inputs as sent (preprocess=False): a value
@@ -350,7 +353,8 @@ def build_demo() -> gr.Blocks:
         stop_btn.click(h.stop, None, status, api_visibility="private", queue=False)
         baseline_btn.click(h.add_baseline, [state, show_grid], [state, status, *views], api_name="baseline",
                            show_progress_on=[status], **model_events)
-        replay_btn.click(h.replay, [upload, show_grid], [state, status, trace_file, *views], api_name="replay",
+        replay_btn.click(h.replay, [upload, show_grid], [state, status, trace_file, *level_columns, *views],
+                         api_name="replay",
                          show_progress_on=[status])
         show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",

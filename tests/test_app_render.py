@@ -406,3 +406,17 @@ def test_the_step_estimate_follows_the_drafter_s_method(monkeypatch):
     assert h.expected_steps(h.run_config(*knobs(draft_window=2)), grid) == zipar   # the shorthand
     cascade = h.expected_steps(h.run_config(*knobs(draft_method="mulo/scale=2")), grid)
     assert zipar < cascade < ar            # 64 drafter passes at 8x8, plus the 16x16 level's verify and islands
+
+
+def test_generate_and_replay_show_the_level_rows_of_a_cascade_only(generated, tmp_path):
+    """The rows' columns come after the results column (generate) or the trace file (replay), before VIEWS."""
+    n = len(h.ROWS)
+    assert [c.visible for c in generated[-1][5:5 + n]] == [False, False]          # the default run: one level
+    cascade = list(h.generate(None, False, *knobs(draft_method="mulo/scale=2")))[-1]
+    assert [c.visible for c in cascade[5:5 + n]] == [True, False]
+    assert "Level 1 (16×16" in shown(cascade)["level1_title"]
+    path = tmp_path / "cascade.json"
+    path.write_text(cascade[0]["trace"].to_json())
+    out = h.replay(str(path))
+    assert [c.visible for c in out[3:3 + n]] == [True, False] and len(out) == 3 + n + len(h.VIEWS)
+    assert (shown(out)["level1_proposal"] == shown(cascade)["level1_proposal"]).all()
