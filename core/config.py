@@ -43,10 +43,10 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class MethodParams:
-    k: int = 16                 # mulo: codebook neighbours pooled with the proposal token
-    tau: float = 0.05           # mulo: accept iff pooled mass >= tau
+    k: int = 128                # mulo: codebook neighbours pooled with the proposal token
+    tau: float = 0.01           # mulo: accept iff pooled mass >= tau
     scale: int = 2              # mulo: up-scale factor r (drafter grid = target grid / r)
-    radius: int = 1             # mulo: Chebyshev expansion radius l
+    radius: int = 0             # mulo: Chebyshev expansion radius l
     window: int = 4             # zipar window w; also the window inside mulo's islands
     draft_window: int = 0       # mulo: shorthand of draft_method=zipar/window=w (0 = off)
     draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)

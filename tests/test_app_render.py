@@ -296,6 +296,32 @@ def test_the_few_islands_preset_shows_a_few_small_islands_and_keeps_most_cells()
     assert trace.totals["kept_fraction"] >= 0.8 and trace.totals["passed_fraction"] >= 0.9
 
 
+def _preset_run(name, seed=0):
+    values = dict(zip(h.KNOBS, h.preset(name)))
+    cfg = h.run_config(*knobs(**{k: v for k, v in values.items() if k in h.KNOBS
+                                 and not isinstance(v, type(gr.skip()))}))
+    trace = engine.run(dataclasses.replace(cfg, seed=seed))
+    v = render.verdict(trace)
+    ids, sizes = np.unique(v.islands[v.islands > 0], return_counts=True)
+    return trace, sizes
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_default_preset_rejects_about_one_percent_each_cell_its_own_small_island(seed):
+    """What the default's text promises, on the default prompt: ~1 % below tau, islands of single cells
+    (or touching ones: islands are 8-connected), a few target passes beside the drafter's 256."""
+    trace, sizes = _preset_run("Default operating point", seed)
+    assert 0.97 <= trace.totals["passed_fraction"] < 1.0 and len(sizes) >= 1 and sizes.max() <= 4, sizes
+    assert trace.totals["target_nfe"] <= 10 and trace.totals["drafter_nfe"] == 256
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_strict_preset_grows_one_island_over_most_of_the_image(seed):
+    trace, sizes = _preset_run("Strict verification: one big island", seed)
+    assert 0.80 <= trace.totals["passed_fraction"] <= 0.92
+    assert sizes.max() >= 512, sizes                        # half of the 32 x 32 cells
+
+
 def test_toggling_grid_lines_before_any_run_changes_nothing():
     assert all(isinstance(v, type(gr.skip())) for v in h.regrid(None, True))
 

@@ -32,8 +32,9 @@ def digest(tr):
 def test_draft_method_ar_reproduces_the_traces_mulo_made_before_it_existed(case):
     """Same tokens, proposal, draft, steps (phases, cells, tokens, NFE) as the code before draft_method."""
     pair = engine.load_pair("embedded")
+    made_with = dict(tau=0.05, k=16, radius=1)   # the defaults of the code that made the fixture
     cfg = RunConfig(method="mulo", seed=case["seed"], prompt="a small green triangle top left on a noisy yellow "
-                    "background").with_params(draft_method="ar", **case["params"])
+                    "background").with_params(draft_method="ar", **{**made_with, **case["params"]})
     got = digest(engine.run(cfg, pair))
     assert got == {k: case[k] for k in got}
     if case["params"] == {"scale": 4}:  # negative control: another seed gives another digest
@@ -81,8 +82,8 @@ def test_a_cascades_levels_keep_the_mulo_invariants(tiny_pair, level):
     islands = the 8-connected components of R_X."""
     t = run(tiny_pair, tau=TAU_SOME, radius=1, draft_method=CASCADE)
     # the same run with tau = 0 at this level only (a nested mulo inherits tau unless its spec sets it)
-    ref = run(tiny_pair, tau=TAU_SOME, draft_method=CASCADE + "/tau=0") if level == 1 else \
-        run(tiny_pair, tau=0.0, draft_method=CASCADE + f"/tau={TAU_SOME}")
+    ref = run(tiny_pair, tau=TAU_SOME, radius=1, draft_method=CASCADE + "/tau=0") if level == 1 else \
+        run(tiny_pair, tau=0.0, radius=1, draft_method=CASCADE + f"/tau={TAU_SOME}")
     _, steps = _level(t, level)
     _, ref_steps = _level(ref, level)
     assert len(steps) == 1 and len(ref_steps) == 1

@@ -188,7 +188,7 @@ def test_an_unknown_prompt_word_is_refused_before_any_work(tiny_pair):
 def test_a_schema_1_trace_is_read_with_passed_and_kept_recounted(tiny_pair):
     """/1 files had one accepted_fraction: mulo's meant kept (outside R_X); the passed share comes back
     from the verify steps' verdicts."""
-    t = run(tiny_pair, tau=TAU_SOME)
+    t = run(tiny_pair, tau=TAU_SOME, radius=1)   # l = 1: the kept share differs from the passed one
     d = json.loads(t.to_json())
     d["schema"] = "mulo-trace/1"
     d["totals"]["accepted_fraction"] = d["totals"].pop("kept_fraction")
