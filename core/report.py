@@ -207,23 +207,26 @@ def frontier_svg(result: dict, family: str = "mulo", adherence_margin: float = 0
     """A static figure for papers and READMEs (no script, no network): sequential-pass speedup over ar
     (x) against adherence (y) for every spec of `family`, ar's adherence − margin as a dashed line,
     filled markers for specs inside both quality bounds (adherence and Fréchet distance), hollow ones
-    outside, the Pareto frontier as a line, and the spec `choose` picks ringed and named."""
+    outside, the Pareto frontier as a line, the spec `choose` picks ringed and named, and every other
+    method of the run as a labelled square beside them."""
     summary = result["summary"]
     best, meets = choose(result, family, adherence_margin, frechet_margin)
     pts = [(summary[lb]["passes_speedup"], summary[lb]["adherence"], lb) for lb in meets
            if _num(summary[lb]["adherence"]) is not None]
+    others = [(s["passes_speedup"], s["adherence"], lb) for lb, s in summary.items()
+              if s["method"] not in (family, "ar") and _num(s["adherence"]) is not None]
     ar = summary["ar"]
     floor = ar["adherence"] - adherence_margin
     if not pts:
         raise SummaryError(f"the run has no {family} spec with an adherence figure")
-    xs = [p[0] for p in pts] + [1.0]
-    ys = [p[1] for p in pts] + [floor, ar["adherence"]]
-    x0, x1 = min(xs), max(xs)
+    xs = [p[0] for p in pts + others] + [1.0]
+    ys = [p[1] for p in pts + others] + [floor, ar["adherence"]]
+    x0, x1 = math.log10(min(xs)), math.log10(max(xs))              # x on a log axis: speedups multiply
     y0, y1 = min(ys), max(ys)
-    padx, pady = (x1 - x0) * 0.08 or 0.5, (y1 - y0) * 0.1 or 0.01
-    x0, x1, y0, y1 = x0 - padx, x1 + padx, y0 - pady, y1 + pady
+    padx, pady = (x1 - x0) * 0.08 or 0.1, (y1 - y0) * 0.1 or 0.01
+    x0, x1, y0, y1 = x0 - padx, x1 + padx * 2.5, y0 - pady, y1 + pady
     L, R, T, B = 70, 20, 50, 60
-    sx = lambda x: L + (x - x0) / (x1 - x0) * (width - L - R)      # noqa: E731
+    sx = lambda x: L + (math.log10(x) - x0) / (x1 - x0) * (width - L - R)      # noqa: E731
     sy = lambda y: T + (y1 - y) / (y1 - y0) * (height - T - B)     # noqa: E731
     e = html.escape
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -231,16 +234,17 @@ def frontier_svg(result: dict, family: str = "mulo", adherence_margin: float = 0
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{e(family)}: sequential-pass '
            f'speedup vs prompt adherence ({result["prompts"]} prompts, seed {result["seed"]})</text>']
-    for i in range(6):                                             # axes, ticks and grid
-        x = x0 + (x1 - x0) * i / 5
-        y = y0 + (y1 - y0) * i / 5
+    ticks = [m * 10 ** d for d in range(-2, 4) for m in (1, 2, 5) if x0 <= math.log10(m * 10 ** d) <= x1]
+    for x in ticks:                                                # axes, ticks and grid
         out.append(f'<line x1="{sx(x):.1f}" y1="{T}" x2="{sx(x):.1f}" y2="{height - B}" stroke="#eee"/>'
-                   f'<text x="{sx(x):.1f}" y="{height - B + 16}" text-anchor="middle">{x:.2f}×</text>')
+                   f'<text x="{sx(x):.1f}" y="{height - B + 16}" text-anchor="middle">{x:g}×</text>')
+    for i in range(6):
+        y = y0 + (y1 - y0) * i / 5
         out.append(f'<line x1="{L}" y1="{sy(y):.1f}" x2="{width - R}" y2="{sy(y):.1f}" stroke="#eee"/>'
                    f'<text x="{L - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.3f}</text>')
     out.append(f'<rect x="{L}" y="{T}" width="{width - L - R}" height="{height - T - B}" fill="none" stroke="#999"/>')
-    out.append(f'<text x="{(L + width - R) / 2}" y="{height - 18}" text-anchor="middle">fewer sequential passes '
-               f'than ar (target + drafter), ×</text>')
+    out.append(f'<text x="{(L + width - R) / 2}" y="{height - 24}" text-anchor="middle">fewer sequential passes '
+               f'than ar (target + drafter), ×, log scale</text>')
     out.append(f'<text transform="translate(16 {(T + height - B) / 2}) rotate(-90)" text-anchor="middle">'
                f'prompt adherence (higher is better)</text>')
     out.append(f'<line x1="{L}" y1="{sy(floor):.1f}" x2="{width - R}" y2="{sy(floor):.1f}" stroke="#666" '
@@ -248,6 +252,11 @@ def frontier_svg(result: dict, family: str = "mulo", adherence_margin: float = 0
                f'fill="#666">ar − {adherence_margin:g} = {floor:.3f}</text>')
     out.append(f'<circle cx="{sx(1.0):.1f}" cy="{sy(ar["adherence"]):.1f}" r="5" fill="{FAMILIES["ar"]}"/>'
                f'<text x="{sx(1.0) + 8:.1f}" y="{sy(ar["adherence"]) + 4:.1f}" fill="{FAMILIES["ar"]}">ar</text>')
+    for x, y, lb in others:                                        # other methods of the run, for comparison
+        c = FAMILIES.get(summary[lb]["method"], OTHER)
+        out.append(f'<rect x="{sx(x) - 4:.1f}" y="{sy(y) - 4:.1f}" width="8" height="8" fill="{c}">'
+                   f'<title>{e(lb)}: {x:.2f}×, adherence {y:.3f}</title></rect>'
+                   f'<text x="{sx(x) + 7:.1f}" y="{sy(y) + 14:.1f}" font-size="10" fill="{c}">{e(lb)}</text>')
     front = _pareto(pts)
     out.append('<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>'.format(
         FAMILIES.get(family, OTHER), " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y, _ in front)))
@@ -264,7 +273,7 @@ def frontier_svg(result: dict, family: str = "mulo", adherence_margin: float = 0
         out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="10" fill="none" stroke="#d62728" '
                    f'stroke-width="2"/><text x="{sx(x) - 12:.1f}" y="{sy(y) + 24:.1f}" text-anchor="end" '
                    f'fill="#d62728">chosen: {e(_knobs(best))}</text>')
-    out.append(f'<text x="{L + 6}" y="{T + 16}" fill="#333">filled: adherence ≥ ar − {adherence_margin:g} and '
+    out.append(f'<text x="{L}" y="{height - 4}" font-size="11" fill="#333">filled: adherence ≥ ar − {adherence_margin:g} and '
                f'FD ≤ ar + {frechet_margin:g} (ar FD {ar["frechet"]:.2f}); hollow: outside; line: Pareto frontier'
-               f'</text></svg>')
+               f'{"; squares: other methods" if others else ""}</text></svg>')
     return "\n".join(out)
