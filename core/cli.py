@@ -310,10 +310,10 @@ def _report(args) -> int:
     from . import report
     from .bench import SummaryError
     try:
-        path = report.write(args.folder, args.html)
+        path = report.write(args.folder[0], args.html, tuple(args.folder[1:]))
         print(f"wrote {path}")
         if args.svg:
-            result = report.read_folder(args.folder)
+            result = report.combine([report.read_folder(f) for f in args.folder])
             best, meets = report.choose(result, args.family)
             svg = report.frontier_svg(result, args.family)
             write_atomic(Path(args.svg), lambda tmp: Path(tmp).write_text(svg, encoding="utf-8"))
@@ -370,7 +370,8 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
                         "command with the same --out resumes (needed under torchrun: a folder every rank reads)")
     b.set_defaults(func=_bench)
     r = sub.add_parser("report", help="one self-contained HTML page (Plotly) from a bench run folder")
-    r.add_argument("folder", help="a bench --out folder (or its summary.json)")
+    r.add_argument("folder", nargs="+", help="a bench --out folder (or its summary.json); several runs of the "
+                   "same prompts, seed and model pair are drawn together (their ar rows must agree)")
     r.add_argument("--html", default=None, help="write the page here (default FOLDER/report.html)")
     r.add_argument("--svg", default=None, metavar="FILE",
                    help="also write a static SVG of one family's frontier (pass speedup vs adherence) and name "

@@ -159,12 +159,37 @@ def read_folder(folder: str | Path) -> dict:
     return read_summary(_summary_file(folder).read_bytes())
 
 
-def write(folder: str | Path, out: str | Path | None = None) -> Path:
-    """Read FOLDER/summary.json and write the report (default FOLDER/report.html)."""
+def combine(results: list[dict]) -> dict:
+    """Several runs of the same prompts, seed and model pair as one result, so that a sweep made in
+    parts is drawn and judged together. Their ar rows must agree (ar is deterministic given the seed:
+    the same passes, adherence and FD), else the ratios would not share a baseline; a spec measured in
+    more than one run keeps its first run's figures."""
+    first = results[0]
+    for r in results[1:]:
+        for key in ("prompts", "seed", "model"):
+            if r.get(key) != first.get(key):
+                raise SummaryError(f"the runs differ in {key} ({first.get(key)} and {r.get(key)}): only runs of "
+                                   f"the same prompts, seed and model pair are drawn together")
+        a, b = first["summary"].get("ar"), r["summary"].get("ar")
+        if a is None or b is None or any(_num(a[k]) != _num(b[k]) for k in ("passes", "adherence", "frechet")):
+            raise SummaryError("the runs' ar rows differ (passes, adherence or FD): they do not share a baseline")
+    summary, specs = {}, []
+    for r in results:
+        for label in r["specs"]:
+            if label not in summary:
+                summary[label] = r["summary"][label]
+                specs.append(label)
+    return {**first, "specs": specs, "summary": summary, "records": sum(r.get("records", 0) for r in results),
+            "workers": sorted({w for r in results for w in r.get("workers", [])})}
+
+
+def write(folder: str | Path, out: str | Path | None = None, more: tuple = ()) -> Path:
+    """Read FOLDER/summary.json (and those of the `more` folders, combined) and write the report
+    (default FOLDER/report.html)."""
     f = _summary_file(folder)
-    result = read_summary(f.read_bytes())
+    result = combine([read_summary(f.read_bytes())] + [read_folder(m) for m in more])
     target = Path(out) if out else f.parent / "report.html"
-    write_atomic(target, page(result, f"Benchmark report: {f.parent.name}"))
+    write_atomic(target, page(result, f"Benchmark report: {', '.join(Path(x).name for x in (f.parent, *more))}"))
     return target
 
 

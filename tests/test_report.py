@@ -99,3 +99,27 @@ def test_report_svg_names_the_chosen_spec(bench_folder, tmp_path):
     assert done.returncode == 0, done.stderr
     assert svg.read_text(encoding="utf-8").startswith("<svg")
     assert re.search(r"\d of 1 mulo specs meet adherence >= ar - 0.01 and FD <= ar \+ 0.3", done.stdout)
+
+
+def test_runs_of_the_same_prompts_are_drawn_together_and_others_refused(bench_folder, tmp_path):
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(bench_folder, other)
+    summary = json.loads((other / "summary.json").read_text())
+    summary["specs"].append("mulo:tau=0.3")                     # a spec only the second run measured
+    summary["summary"]["mulo:tau=0.3"] = {**summary["summary"]["mulo:scale=4:context=verify"], "passes_speedup": 9.0}
+    (other / "summary.json").write_text(json.dumps(summary))
+    done = report(bench_folder, other, "--html", tmp_path / "both.html", "--svg", tmp_path / "both.svg")
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(r"<tr><td>([^<]+)</td>", (tmp_path / "both.html").read_text(encoding="utf-8"))
+    assert rows == ["ar", "mulo:scale=4:context=verify", "zipar:window=4", "mulo:tau=0.3"]
+    assert "tau=0.3" in (tmp_path / "both.svg").read_text(encoding="utf-8")
+
+    summary["summary"]["ar"]["adherence"] += 0.01               # another baseline: not comparable
+    (other / "summary.json").write_text(json.dumps(summary))
+    done = report(bench_folder, other, "--html", tmp_path / "no.html")
+    assert done.returncode == 2 and "ar rows differ" in done.stderr and not (tmp_path / "no.html").exists()
+    summary["prompts"] = 4
+    (other / "summary.json").write_text(json.dumps(summary))
+    done = report(bench_folder, other, "--html", tmp_path / "no.html")
+    assert done.returncode == 2 and "differ in prompts (3 and 4)" in done.stderr
