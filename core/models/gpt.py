@@ -257,8 +257,10 @@ class _CachedContext:
     reach (host int, optional): one past the last slot any query can see; the key blocks wholly at
     or after it, before the call's stand-ins, are left out of the attention (they are all masked)."""
 
-    def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor | None, see: torch.Tensor,
-                 reach: int | None = None):
+    def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor | None, key_ok: torch.Tensor,
+                 query_sees: torch.Tensor, reach: int | None = None):
+        # key_ok (B, K) keys any query may read, query_sees (T, K) which keys each query may read; the
+        # mask is their conjunction, K = the S slots plus the call's stand-ins
         self.cache, self.slots = cache, slots
         self.all_written = write is None or bool(write.all())
         if not self.all_written:
@@ -271,8 +273,12 @@ class _CachedContext:
             tail = S if self.all_written else S // KEY_BLOCK * KEY_BLOCK  # the stand-ins' block stays whole
             if cut < tail:
                 self.cut, self.tail = cut, tail
-                see = torch.cat([see[..., :cut], see[..., tail:]], dim=-1)
-        self.mask = additive_mask(see, cache.k.dtype)
+                key_ok = torch.cat([key_ok[:, :cut], key_ok[:, tail:]], dim=1)
+                query_sees = torch.cat([query_sees[:, :cut], query_sees[:, tail:]], dim=1)
+        # 0 + 0 = 0 and -inf + x = -inf: the same 0 / -inf mask as where(key_ok & query_sees, 0, -inf),
+        # with one (B, T, K) operation
+        dtype = cache.k.dtype
+        self.mask = additive_mask(key_ok, dtype)[:, None, None, :] + additive_mask(query_sees, dtype)[None, None]
 
     def _cached(self, kv: torch.Tensor) -> torch.Tensor:
         if self.cut == self.tail:
@@ -456,23 +462,26 @@ class GPT(nn.Module):
         cache.valid[:, slots[write]] = True
         S = cache.valid.shape[1]
         s_idx = torch.arange(S, device=dev)
-        see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, T, S)
-        own_stale = (s_idx[None, :] == slots[:, None]) & ~write[:, None]  # an unwritten query's own slot
-        see = see & ~own_stale[None]
+        key_ok = cache.valid                                                  # (B, S)
+        sees = s_idx[None, :] <= slots[:, None]                               # (T, S)
+        all_written = bool(write.all())
+        if not all_written:
+            sees = sees & ~((s_idx[None, :] == slots[:, None]) & ~write[:, None])  # an unwritten query's own slot
         if cell_mask is not None:
             own = s_idx[None, :] == slots[:, None]                                        # (T, S)
             allowed = torch.cat([torch.ones(cells.shape[0], P, dtype=torch.bool, device=dev), cell_mask], dim=1)
-            see = see & (allowed | own)[None]
-        if not bool(write.all()):
+            sees = sees & (allowed | own)
+        if not all_written:
             n_extra = int((~write).sum())
             extra = torch.zeros(cells.shape[0], n_extra, dtype=torch.bool, device=dev)
             extra[torch.nonzero(~write).squeeze(1), torch.arange(n_extra, device=dev)] = True
-            see = torch.cat([see, extra[None].expand(see.shape[0], -1, -1)], dim=2)
+            sees = torch.cat([sees, extra], dim=1)
+            key_ok = torch.cat([key_ok, torch.ones(key_ok.shape[0], n_extra, dtype=torch.bool, device=dev)], dim=1)
         x = self.tok_embeddings(tokens).to(cache.k.dtype)
         x = self._add_cell_conditioning(x, cache, cells)
         rope = self.rope(grid, dev)[slots]
         reach = int(slots.max()) + 1 if dev.type == "cpu" else None  # no query sees a slot after its own
-        return self._trunk(x, rope, _CachedContext(cache, slots, write, see[:, None], reach))
+        return self._trunk(x, rope, _CachedContext(cache, slots, write, key_ok, sees, reach))
 
     @staticmethod
     def _add_cell_conditioning(x: torch.Tensor, cache: KVCache, cells: torch.Tensor) -> torch.Tensor:
@@ -494,9 +503,9 @@ class GPT(nn.Module):
         slots = cell + self.cfg.prefix_len
         cache.valid[:, slots] = True
         s_idx = torch.arange(cache.valid.shape[1], device=tokens.device)
-        see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, 1, S)
+        sees = s_idx[None, :] <= slots[:, None]                                 # (1, S)
         x = self._add_cell_conditioning(self.tok_embeddings(tokens).to(cache.k.dtype), cache, cell)
-        return self._trunk(x, rope[slots], _CachedContext(cache, slots, None, see[:, None], reach))
+        return self._trunk(x, rope[slots], _CachedContext(cache, slots, None, cache.valid, sees, reach))
 
     def compile_step(self, backend: str = "inductor", mode: str | None = None) -> None:
         """Route single-token steps (step_one) through torch.compile(decode_one), captured whole;
