@@ -215,7 +215,8 @@ class _Visibility:
         def keys(ctx, layer, k, v):
             out = original_keys(ctx, layer, k, v)
             if layer == 0 and self.calls and self.calls[-1]["mask"] is None:
-                self.calls[-1]["mask"] = out[2][0, 0].clone()      # (T, S [+ stand-ins])
+                mask = out[2][0, 0]                                  # (T, S [+ stand-ins]), bool or additive
+                self.calls[-1]["mask"] = mask.clone() if mask.dtype == torch.bool else mask == 0
             return out
         monkeypatch.setattr(gpt, "forward_cells", forward_cells)
         monkeypatch.setattr(gpt_mod._CachedContext, "keys", keys)

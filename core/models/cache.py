@@ -22,5 +22,5 @@ class KVCache:
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         # slots (T,), k/v (B, h, T, d)
-        self.k[layer, :, :, slots] = k
-        self.v[layer, :, :, slots] = v
+        self.k[layer].index_copy_(2, slots, k)
+        self.v[layer].index_copy_(2, slots, v)

@@ -89,12 +89,19 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    # x (B, T, h, d), rope (T, d/2, 2) = (cos, sin) per adjacent pair of channels
+def apply_rope(x: torch.Tensor, rope) -> torch.Tensor:
+    # x (B, T, h, d); rope (T, d/2, 2) = (cos, sin) per adjacent pair of channels, or rope_parts(rope)
+    cos, sin = rope_parts(rope) if isinstance(rope, torch.Tensor) else rope
     xs = x.float().reshape(*x.shape[:-1], -1, 2)
-    cos, sin = rope[None, :, None, :, 0], rope[None, :, None, :, 1]
-    out = torch.stack([xs[..., 0] * cos - xs[..., 1] * sin, xs[..., 1] * cos + xs[..., 0] * sin], dim=-1)
+    x0, x1 = xs.unbind(-1)
+    out = torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1)
     return out.flatten(3).type_as(x)
+
+
+def rope_parts(rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, d/2, 2) rotation -> (cos, sin), each (1, T, 1, d/2): sliced once per forward, not per layer."""
+    cos, sin = rope[None, :, None].unbind(-1)
+    return cos, sin
 
 
 class Attention(nn.Module):
@@ -105,10 +112,11 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
     def forward(self, x, rope, ctx, layer: int):
-        B, T, _ = x.shape
-        q, k, v = self.wqkv(x).split(x.shape[-1], dim=-1)
-        q = apply_rope(q.view(B, T, self.n_head, self.head_dim), rope).transpose(1, 2)  # (B, h, T, d)
-        k = apply_rope(k.view(B, T, self.n_head, self.head_dim), rope).transpose(1, 2)
+        B, T, D = x.shape
+        qk, v = self.wqkv(x).split([2 * D, D], dim=-1)
+        # q and k rotated in one call (the same elementwise arithmetic as one call each)
+        qk = apply_rope(qk.view(B, T, 2 * self.n_head, self.head_dim), rope).transpose(1, 2)  # (B, 2h, T, d)
+        q, k = qk.split(self.n_head, dim=1)                                                    # (B, h, T, d)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k_all, v_all, mask = ctx.keys(layer, k, v)  # (B, h, S, d), mask (B, 1, T, S)
         y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, is_causal=mask is None)
@@ -229,27 +237,64 @@ class _FullContext:
         return k, v, self.mask
 
 
+# Keys are read in blocks of this many by the CPU flash-attention kernel (its kv split): dropping
+# key blocks no query can see leaves every output bit-identical, a cut inside a block does not.
+KEY_BLOCK = 512
+
+
+def additive_mask(see: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool mask -> 0 / -inf in dtype, as scaled_dot_product_attention converts it (once per forward,
+    not once per layer)."""
+    return torch.where(see, torch.zeros((), dtype=dtype, device=see.device),
+                       torch.full((), float("-inf"), dtype=dtype, device=see.device))
+
+
 class _CachedContext:
     """Attention to the cache plus the call's own tokens; written tokens go to their slots first.
 
     Which tokens are written is resolved once per forward (one host sync), not once per layer;
-    write=None means all of them, with no host sync at all (the compilable single-token step)."""
+    write=None means all of them, with no host sync at all (the compilable single-token step).
+    reach (host int, optional): one past the last slot any query can see; the key blocks wholly at
+    or after it, before the call's stand-ins, are left out of the attention (they are all masked)."""
 
-    def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor | None, mask: torch.Tensor):
-        self.cache, self.slots, self.mask = cache, slots, mask
+    def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor | None, key_ok: torch.Tensor,
+                 query_sees: torch.Tensor, reach: int | None = None):
+        # key_ok (B, K) keys any query may read, query_sees (T, K) which keys each query may read; the
+        # mask is their conjunction, K = the S slots plus the call's stand-ins
+        self.cache, self.slots = cache, slots
         self.all_written = write is None or bool(write.all())
         if not self.all_written:
             self.written = torch.nonzero(write).squeeze(1)    # (T_w,) positions in the call
             self.extra = torch.nonzero(~write).squeeze(1)     # (T_x,) stand-ins, never cached
+        S = cache.k.shape[3]
+        self.cut = self.tail = S                              # keys read: slots [0, cut) and [tail, S)
+        if reach is not None:
+            cut = -(-reach // KEY_BLOCK) * KEY_BLOCK
+            tail = S if self.all_written else S // KEY_BLOCK * KEY_BLOCK  # the stand-ins' block stays whole
+            if cut < tail:
+                self.cut, self.tail = cut, tail
+                key_ok = torch.cat([key_ok[:, :cut], key_ok[:, tail:]], dim=1)
+                query_sees = torch.cat([query_sees[:, :cut], query_sees[:, tail:]], dim=1)
+        # 0 + 0 = 0 and -inf + x = -inf: the same 0 / -inf mask as where(key_ok & query_sees, 0, -inf),
+        # with one (B, T, K) operation
+        dtype = cache.k.dtype
+        self.mask = additive_mask(key_ok, dtype)[:, None, None, :] + additive_mask(query_sees, dtype)[None, None]
+
+    def _cached(self, kv: torch.Tensor) -> torch.Tensor:
+        if self.cut == self.tail:
+            return kv
+        if self.tail == kv.shape[2]:
+            return kv[:, :, :self.cut]
+        return torch.cat([kv[:, :, :self.cut], kv[:, :, self.tail:]], dim=2)
 
     def keys(self, layer, k, v):
         if self.all_written:
             self.cache.write(layer, self.slots, k, v)
-            return self.cache.k[layer], self.cache.v[layer], self.mask
-        w = self.written
-        self.cache.write(layer, self.slots[w], k[:, :, w], v[:, :, w])
-        k_all = torch.cat([self.cache.k[layer], k[:, :, self.extra]], dim=2)
-        v_all = torch.cat([self.cache.v[layer], v[:, :, self.extra]], dim=2)
+            return self._cached(self.cache.k[layer]), self._cached(self.cache.v[layer]), self.mask
+        w, x = self.written, self.extra
+        self.cache.write(layer, self.slots[w], k.index_select(2, w), v.index_select(2, w))
+        k_all = torch.cat([self._cached(self.cache.k[layer]), k.index_select(2, x)], dim=2)
+        v_all = torch.cat([self._cached(self.cache.v[layer]), v.index_select(2, x)], dim=2)
         return k_all, v_all, self.mask
 
 
@@ -333,6 +378,7 @@ class GPT(nn.Module):
         return self.cls_embedding(feats, drop)
 
     def _trunk(self, x, rope, ctx):
+        rope = rope_parts(rope)
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, ctx, i)
         return self.output(self.norm(x)).float()
@@ -416,22 +462,26 @@ class GPT(nn.Module):
         cache.valid[:, slots[write]] = True
         S = cache.valid.shape[1]
         s_idx = torch.arange(S, device=dev)
-        see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, T, S)
-        own_stale = (s_idx[None, :] == slots[:, None]) & ~write[:, None]  # an unwritten query's own slot
-        see = see & ~own_stale[None]
+        key_ok = cache.valid                                                  # (B, S)
+        sees = s_idx[None, :] <= slots[:, None]                               # (T, S)
+        all_written = bool(write.all())
+        if not all_written:
+            sees = sees & ~((s_idx[None, :] == slots[:, None]) & ~write[:, None])  # an unwritten query's own slot
         if cell_mask is not None:
             own = s_idx[None, :] == slots[:, None]                                        # (T, S)
             allowed = torch.cat([torch.ones(cells.shape[0], P, dtype=torch.bool, device=dev), cell_mask], dim=1)
-            see = see & (allowed | own)[None]
-        if not bool(write.all()):
+            sees = sees & (allowed | own)
+        if not all_written:
             n_extra = int((~write).sum())
             extra = torch.zeros(cells.shape[0], n_extra, dtype=torch.bool, device=dev)
             extra[torch.nonzero(~write).squeeze(1), torch.arange(n_extra, device=dev)] = True
-            see = torch.cat([see, extra[None].expand(see.shape[0], -1, -1)], dim=2)
+            sees = torch.cat([sees, extra], dim=1)
+            key_ok = torch.cat([key_ok, torch.ones(key_ok.shape[0], n_extra, dtype=torch.bool, device=dev)], dim=1)
         x = self.tok_embeddings(tokens).to(cache.k.dtype)
         x = self._add_cell_conditioning(x, cache, cells)
         rope = self.rope(grid, dev)[slots]
-        return self._trunk(x, rope, _CachedContext(cache, slots, write, see[:, None]))
+        reach = int(slots.max()) + 1 if dev.type == "cpu" else None  # no query sees a slot after its own
+        return self._trunk(x, rope, _CachedContext(cache, slots, write, key_ok, sees, reach))
 
     @staticmethod
     def _add_cell_conditioning(x: torch.Tensor, cache: KVCache, cells: torch.Tensor) -> torch.Tensor:
@@ -444,16 +494,18 @@ class GPT(nn.Module):
         return x + cache.cond[:, nxt.clamp(max=cache.cond.shape[1] - 1)] * inside
 
     # ---- the single-token step, compilable ---------------------------------------------------------
-    def decode_one(self, cache: KVCache, tokens: torch.Tensor, cell: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def decode_one(self, cache: KVCache, tokens: torch.Tensor, cell: torch.Tensor, rope: torch.Tensor,
+                   reach: int | None = None) -> torch.Tensor:
         """forward_cells for one written token with static shapes and no host synchronisation, so that
         torch.compile can capture it whole (and CUDA graphs replay it). tokens (B, 1), cell (1,),
-        rope = self.rope(grid, device) -> (B, 1, V)."""
+        rope = self.rope(grid, device) -> (B, 1, V). reach (host int, eager only): one past the
+        cell's slot; the key blocks after it are left out."""
         slots = cell + self.cfg.prefix_len
         cache.valid[:, slots] = True
         s_idx = torch.arange(cache.valid.shape[1], device=tokens.device)
-        see = cache.valid[:, None, :] & (s_idx[None, None, :] <= slots[None, :, None])  # (B, 1, S)
+        sees = s_idx[None, :] <= slots[:, None]                                 # (1, S)
         x = self._add_cell_conditioning(self.tok_embeddings(tokens).to(cache.k.dtype), cache, cell)
-        return self._trunk(x, rope[slots], _CachedContext(cache, slots, None, see[:, None]))
+        return self._trunk(x, rope[slots], _CachedContext(cache, slots, None, cache.valid, sees, reach))
 
     def compile_step(self, backend: str = "inductor", mode: str | None = None) -> None:
         """Route single-token steps (step_one) through torch.compile(decode_one), captured whole;
@@ -464,5 +516,8 @@ class GPT(nn.Module):
     @torch.no_grad()
     def step_one(self, cache: KVCache, tokens: torch.Tensor, cell: torch.Tensor, grid) -> torch.Tensor:
         """One written token at one cell: the compiled step when compile_step was called, else eager."""
-        fn = self._step or self.decode_one
-        return fn(cache, tokens, cell, self.rope(grid, tokens.device))
+        rope = self.rope(grid, tokens.device)
+        if self._step is not None:
+            return self._step(cache, tokens, cell, rope)
+        reach = int(cell) + self.cfg.prefix_len + 1 if tokens.device.type == "cpu" else None
+        return self.decode_one(cache, tokens, cell, rope, reach)
