@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ARGS = BENCH_ARGS
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-WALL = ("wall_ms", "wall_speedup", "phase_ms")  # measured, so they differ from run to run
+WALL = ("wall_ms", "wall_speedup", "phase_ms", "level_ms")  # measured, so they differ from run to run
 
 
 def bench_cmd(out: Path, ranks: int = 1, *extra) -> list[str]:
@@ -121,7 +121,7 @@ def test_a_changed_configuration_in_the_same_folder_is_refused(one_process):
                 "--out", str(one_process)])
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"error: {one_process} holds a run of another configuration")
-    assert "prompts: 3 there, 4 now" in done.stderr and "params.tau: 0.05 there, 0.2 now" in done.stderr
+    assert "prompts: 3 there, 4 now" in done.stderr and "params.tau: 0.01 there, 0.2 now" in done.stderr
     assert lines(one_process) == before
 
 
@@ -192,7 +192,8 @@ def test_a_pair_without_the_domain_classifier_merges_speed_with_quality_left_emp
 
     def rec(spec, i, nfe):
         return dict(spec=spec, prompt_index=i, worker="w", target_nfe=nfe, target_fed=nfe, drafter_nfe=0,
-                    wall_ms=float(nfe), passed=None, kept=None, phase_ms=dict.fromkeys(PHASES, 1.0), adherence=None, features=None)
+                    wall_ms=float(nfe), passed=None, kept=None, phase_ms=dict.fromkeys(PHASES, 1.0), adherence=None,
+                    features=None, level_nfe=[nfe], level_ms=[float(nfe)])
     by_spec = {"ar": [rec("ar", i, 1024) for i in range(3)], "zipar": [rec("zipar", i, 256) for i in range(3)]}
     result = bench.merge(configs, by_spec, scenes=[None] * 3, seed=0, clf=None)
     z = result["summary"]["zipar"]

@@ -149,7 +149,9 @@ def t2i_pair():
 
 @pytest.mark.parametrize("method", sorted(registry()))
 def test_every_method_runs_on_a_tiny_llamagen_pair_and_gives_a_valid_trace(t2i_pair, method):
-    run = RunConfig(method=method, prompt="a photo of a cat", seed=1).with_params(tau=0.05, window=4, sjd_window=8)
+    # k = 16: the tiny pair's codebook holds 64 codes (mulo's default k = 128 is for larger books)
+    run = RunConfig(method=method, prompt="a photo of a cat", seed=1).with_params(tau=0.05, k=16, radius=1, window=4,
+                                                                                   sjd_window=8)
     trace = engine.run(run, t2i_pair)
     again = Trace.from_json(trace.to_json())
     assert again.tokens == trace.tokens and len(trace.tokens) == GRID[0]
@@ -162,5 +164,5 @@ def test_a_class_conditional_pair_runs_in_bfloat16():
                        small=tiny_gpt("c2i", 1, num_classes=10, n_layer=1), dtype=torch.bfloat16)
     assert pair.target.tok_embeddings.weight.dtype == torch.bfloat16
     for method in ("ar", "sd"):
-        trace = engine.run(RunConfig(method=method, prompt="7", seed=0), pair)
+        trace = engine.run(RunConfig(method=method, prompt="7", seed=0).with_params(k=16), pair)   # a 64-code book
         assert Trace.from_json(trace.to_json()).tokens == trace.tokens

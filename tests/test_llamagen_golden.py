@@ -93,6 +93,9 @@ def pair(models, vq, name: str):
                        small=load_gpt(kind), dtype=torch.float32)
 
 
+SMALL_BOOK = dict(k=16)   # the fixtures' codebooks are tiny; mulo's default k (128) is for larger books
+
+
 def prompt(name: str) -> str:
     return str(META["class_id"]) if name.startswith("c2i") else "fixture caption"
 
@@ -135,7 +138,8 @@ def test_a_perturbed_weight_breaks_the_logit_comparison():
 # ---- decoding -----------------------------------------------------------------------------------
 def greedy(models, vq, name: str, method: str = "ar", **sampling) -> list[int]:
     s = SamplingConfig(temperature=0.0, **sampling)
-    trace = engine.run(RunConfig(method=method, prompt=prompt(name), seed=0, sampling=s), pair(models, vq, name))
+    run = RunConfig(method=method, prompt=prompt(name), seed=0, sampling=s).with_params(**SMALL_BOOK)
+    trace = engine.run(run, pair(models, vq, name))
     assert all(trace.params[k] == v for k, v in sampling.items())  # every sampling knob is in the trace
     return [t for row in trace.tokens for t in row]
 
@@ -182,7 +186,8 @@ def test_processed_distribution_of_every_step_equals_official_sampling(models):
 
 def test_sampled_tokens_equal_official_sampling_with_the_same_seed(models, vq):
     s = META["sampled"]
-    run = RunConfig(method="ar", prompt="fixture caption", seed=s["seed"], sampling=sampled_config())
+    run = RunConfig(method="ar", prompt="fixture caption", seed=s["seed"],
+                    sampling=sampled_config()).with_params(**SMALL_BOOK)
     trace = engine.run(run, pair(models, vq, "t2i"))
     assert [t for row in trace.tokens for t in row] == GOLD["t2i_sampled_tokens"].tolist()
 
