@@ -280,3 +280,125 @@ def test_sjd_that_accepts_every_guess_fails_the_same_test(embedded_row4, monkeyp
     monkeypatch.setattr(sjd, "exact_accept_prob", lambda p, q: torch.ones_like(torch.as_tensor(p)))
     rows, _ = sampled_rows(pair, "sjd", sjd_window=2)
     assert joint_tv(rows, exact) > TV_LIMIT
+
+
+# ---- the trace of a cycle against what the cycle did ----------------------------------------------
+#
+# Each step's fields are checked against the forwards the models actually made during that step
+# (recorded at the model, below the Decoder) and the acceptance probabilities against cache-free
+# forwards of the target and the drafter: a trace is never compared with itself.
+
+class Passes:
+    """Records every forward of the given models: (name, cells fed, write flags); prefill feeds none."""
+
+    def __init__(self, monkeypatch, **models):
+        self.log: list[tuple[str, list[int], list[bool]]] = []
+        for name, gpt in models.items():
+            def prefill(*a, _f=gpt.prefill, _n=name, **kw):
+                self.log.append((_n, [], []))
+                return _f(*a, **kw)
+
+            def forward_cells(cache, tokens, cells, grid, write, *a, _f=gpt.forward_cells, _n=name, **kw):
+                self.log.append((_n, cells.tolist(), write.tolist()))
+                return _f(cache, tokens, cells, grid, write, *a, **kw)
+
+            def step_one(cache, tokens, cell, grid, _f=gpt.step_one, _n=name):
+                self.log.append((_n, cell.reshape(-1).tolist(), [True]))
+                return _f(cache, tokens, cell, grid)
+            monkeypatch.setattr(gpt, "prefill", prefill)
+            monkeypatch.setattr(gpt, "forward_cells", forward_cells)
+            monkeypatch.setattr(gpt, "step_one", step_one)
+
+
+def stepped(pair, method: str, seed: int, passes: Passes, **params) -> tuple[list, list, Trace]:
+    """Runs a method step by step: the steps (as dicts), the forwards made during each, the trace."""
+    steps, made = [], []
+    passes.log.clear()
+    for out in engine.stream(RunConfig(method=method, prompt=PROMPT, seed=seed, sampling=TOP2).with_params(**params),
+                             pair):
+        if isinstance(out, Trace):
+            return steps, made, out
+        steps.append(out.to_dict())
+        made.append(passes.log[:])
+        passes.log.clear()
+
+
+def cache_free_row(pair, gpt, prefix: list[int]) -> torch.Tensor:
+    """(V,) processed distribution of cell len(prefix) under `gpt`, given the tokens before it, from a
+    forward without any cache (cell 0: the prefill's prediction)."""
+    from core.decoding import Decoder
+    from core.sampling import processed
+    ids, mask = pair.caption(PROMPT, pair.grid)
+    dec = Decoder(gpt, pair.grid, ids, mask, TOP2, "cpu")
+    c, N, B = len(prefix), pair.grid[0] * pair.grid[1], dec.captions.shape[0]
+    if c == 0:
+        dec.prefill()
+        return dec.p0
+    tokens = torch.zeros(N, dtype=torch.long)
+    tokens[:c] = torch.tensor(prefix)
+    logits = gpt.forward_visible(dec.captions, dec.masks, tokens[None].expand(B, N), pair.grid,
+                                 torch.arange(N) < c, drop=dec.drop)
+    return processed(logits, TOP2)[0, c - 1]
+
+
+@pytest.mark.parametrize("width, gamma", [(4, 2), (2, 1)])   # (2, 1): one verdict in all when the first passes
+def test_sd_trace_says_what_each_cycle_drafted_judged_and_kept(tiny_row, monkeypatch, width, gamma):
+    """Draft steps: one drafter pass per drafted cell. Verify steps: one target pass feeding the
+    predecessors of the judged cells and of the bonus cell (and stale cells before the cycle, nothing
+    else); judged = the cells drafted since the last verify; accepted a run of passes ending at the
+    first rejection; prob = min(1, p/q) of cache-free target and drafter forwards, 6 decimals;
+    resampled / bonus the cell after the passes; totals the shares of those verdicts."""
+    pair = dataclasses.replace(tiny_row[0], grid=(1, width))
+    N = width
+    passes = Passes(monkeypatch, target=pair.target, drafter=pair.small)
+    seen = dict(bonus=0, resampled=0, fraction=0, single=0)
+    for seed in range(12):
+        steps, made, trace = stepped(pair, "sd", seed, passes, gamma=gamma)
+        final = np.array(trace.tokens).reshape(-1)
+        drafted: list[int] = []
+        drafts: dict[int, int] = {}
+        t = judged_total = accepted_total = 0
+        for s, forwards in zip(steps, made):
+            by = {m: [f for f in forwards if f[0] == m] for m in ("target", "drafter")}
+            cells = [j for _, j in s["cells"]]
+            if s["phase"] == "draft":
+                assert s["model"] == "drafter" and len(cells) == 1 and not by["target"]
+                assert s["nfe"] == len(by["drafter"]) >= 1 and s["fed"] == sum(len(f[1]) for f in by["drafter"])
+                drafted += cells
+                drafts[cells[0]] = s["tokens"][0]
+                continue
+            assert (s["phase"], s["model"]) == ("verify", "target") and not by["drafter"]
+            assert s["nfe"] == len(by["target"]) and s["fed"] == sum(len(f[1]) for f in by["target"])
+            g = len(drafted)
+            assert drafted == list(range(t, t + g)) and [j for _, j in s["judged"]] == drafted
+            fed = {c for f in by["target"] for c in f[1]}
+            needed = set(range(max(t - 1, 0), min(t + g, N - 1)))       # predecessors of judged + bonus cells
+            assert needed <= fed and fed - needed <= set(range(t))
+            a = s["accepted"]
+            assert 1 <= len(a) <= g and all(a[:-1]) and (a[-1] or len(a) <= g)
+            assert s["tokens"][:sum(a)] == [drafts[c] for c in drafted[:sum(a)]]
+            prefix = final[:t].tolist()
+            for n, c in enumerate(drafted[:len(a)]):
+                x = drafts[c]
+                p = cache_free_row(pair, pair.target, prefix)[x]
+                q = cache_free_row(pair, pair.small, prefix)[x]
+                assert abs(s["prob"][n] - min(1.0, float(p / q))) < 1e-4 and round(s["prob"][n], 6) == s["prob"][n]
+                seen["fraction"] += 0 < s["prob"][n] < 1
+                prefix.append(x)
+            bonus_cell = t + g if all(a) and t + g < N else None
+            kept = t + len(a) + (bonus_cell is not None)
+            assert cells == list(range(t, kept)) and s["tokens"] == final[t:kept].tolist()
+            assert s["resampled"] == (None if all(a) else [0, t + len(a) - 1])
+            assert s["bonus"] == (None if bonus_cell is None else [0, bonus_cell])
+            seen["bonus"] += bonus_cell is not None
+            seen["resampled"] += not all(a)
+            judged_total, accepted_total = judged_total + g, accepted_total + sum(a)   # judged: every drafted cell
+            t, drafted = kept, []
+        assert t == N and not drafted
+        seen["single"] += judged_total == 1
+        assert trace.totals["passed_fraction"] == pytest.approx(accepted_total / judged_total)
+        assert trace.totals["kept_fraction"] == pytest.approx(accepted_total / N)
+        assert trace.totals["target_nfe"] == sum(f[0] == "target" for m in made for f in m)
+        assert trace.totals["drafter_nfe"] == sum(f[0] == "drafter" for m in made for f in m)
+    assert seen["bonus"] and seen["resampled"] and (width < 4 or seen["fraction"])
+    assert width > 2 or seen["single"]
