@@ -28,7 +28,10 @@ declare -A TESTS=(
   [core/upsampling.py]="tests/test_upsampling.py tests/test_engine.py::test_tau_zero_accepts_every_proposal
     tests/test_context.py::test_pooled_mass_of_a_later_band_equals_a_cache_free_forward"
   [core/trace.py]="tests/test_engine.py tests/test_app_views.py"
-  [core/decoding.py]="tests/test_context.py tests/test_engine.py"
+  [core/decoding.py]="tests/test_context.py tests/test_engine.py
+    tests/test_speculative.py::test_sd_trace_says_what_each_cycle_drafted_judged_and_kept
+    tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
+    tests/test_newer_methods.py::test_every_pjd_query_matches_a_cache_free_forward_over_what_its_row_may_read"
   [core/methods/mulo.py]="tests/test_engine.py tests/test_context.py"
   [core/methods/sd.py]="tests/test_speculative.py"
   [core/methods/sjd.py]="tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
