@@ -28,18 +28,28 @@ declare -A TESTS=(
   [core/upsampling.py]="tests/test_upsampling.py tests/test_engine.py::test_tau_zero_accepts_every_proposal
     tests/test_context.py::test_pooled_mass_of_a_later_band_equals_a_cache_free_forward"
   [core/trace.py]="tests/test_engine.py tests/test_app_views.py"
-  [core/decoding.py]="tests/test_context.py tests/test_engine.py"
+  [core/decoding.py]="tests/test_context.py tests/test_engine.py
+    tests/test_speculative.py::test_sd_trace_says_what_each_cycle_drafted_judged_and_kept
+    tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
+    tests/test_newer_methods.py::test_every_pjd_query_matches_a_cache_free_forward_over_what_its_row_may_read"
   [core/methods/mulo.py]="tests/test_engine.py tests/test_context.py"
   [core/methods/sd.py]="tests/test_speculative.py"
-  [core/methods/sjd.py]="tests/test_speculative.py"
+  [core/methods/sjd.py]="tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
+    tests/test_speculative.py::test_sjd_samples_the_exact_joint[random]
+    tests/test_speculative.py::test_at_temperature_zero_speculative_methods_give_ar_tokens
+    tests/test_speculative.py::test_a_fresh_sjd_guess_copies_the_neighbour_its_init_names_else_draws_a_uniform_token
+    tests/test_speculative.py::test_a_run_is_a_function_of_its_seed_alone
+    tests/test_speculative.py::test_jacobi_reports_the_share_of_judged_guesses_that_passed
+    tests/test_newer_methods.py::test_scd_samples_the_exact_joint_of_a_toy_model"
   [app/render.py]="tests/test_app_views.py tests/test_app_render.py"
   [app/plots.py]="tests/test_app_views.py tests/test_app_render.py"
 )
 # the slowest tests of those files stay out of the mutation runs: each would run per mutant
 DESELECT="not shipped and not old_refresh and not verify_keeps and not sd_samples_the_target and not always_accept_rule"
 
-present() {  # a file, or file::test whose test function the file defines
+present() {  # a file, or file::test[param] whose test function the file defines
   local f=${1%%::*} t=${1#*::}
+  t=${t%%\[*}
   [ -f "$ROOT/$f" ] && { [ "$t" = "$1" ] || grep -q "def $t(" "$ROOT/$f"; }
 }
 

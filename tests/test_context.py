@@ -359,3 +359,159 @@ def test_tokens_not_drawn_from_that_distribution_fail_the_same_check(serial_resa
     for name, tokens in (("proposal", proposal[cells]), ("argmax", rows.argmax(1).numpy()),
                          ("constant", np.full(len(cells), int(np.bincount(final).argmax())))):
         assert ks_distance(randomized_pit(rows, tokens, np.random.default_rng(0))) > limit, name
+
+
+# ---- the decoder's small pieces against their definitions ---------------------------------------
+
+def test_a_stand_in_is_the_placeholder_else_the_nearest_final_token_left_else_above_else_zero():
+    """decoding.stand_in against its definition, cell by cell, on random partly known grids."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        H, W = rng.integers(1, 5, size=2)
+        known = np.where(rng.random(H * W) < 0.4, rng.integers(1, 50, H * W), UNKNOWN)
+        placeholder = None if rng.random() < 0.3 else np.where(rng.random(H * W) < 0.3, rng.integers(50, 99, H * W),
+                                                               UNKNOWN)
+        for cell in range(H * W):
+            i, j = divmod(cell, W)
+            left = [known[i * W + jj] for jj in range(j - 1, -1, -1) if known[i * W + jj] != UNKNOWN]
+            above = [known[ii * W + j] for ii in range(i - 1, -1, -1) if known[ii * W + j] != UNKNOWN]
+            if placeholder is not None and placeholder[cell] != UNKNOWN:
+                expected = placeholder[cell]
+            else:
+                expected = (left + above + [0])[0]
+            assert decoding.stand_in(known, placeholder, cell, W) == expected
+
+
+def test_an_unknown_context_policy_is_refused_naming_the_choices(tiny_pair):
+    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
+    for context in decoding.CONTEXTS:
+        assert Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context).context == context
+    with pytest.raises(ValueError, match=r"^context must be one of schedule, exact, verify; got 'cached'$"):
+        Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="cached")
+
+
+def test_timed_counts_the_passes_and_tokens_of_every_decoder_it_watches_and_the_wall_time():
+    """decoding.timed by its definition: per-decoder differences over the block, summed; wall time in
+    ms between the clock readings around the block."""
+    import time
+    from types import SimpleNamespace
+    a, b = SimpleNamespace(nfe=5, fed=40), SimpleNamespace(nfe=2, fed=7)
+    f: dict = {}
+    t0 = time.perf_counter()
+    with decoding.timed(f, (a, b)):
+        time.sleep(0.02)
+        a.nfe, a.fed, b.nfe, b.fed = a.nfe + 3, a.fed + 11, b.nfe + 1, b.fed + 2
+    elapsed_ms = (time.perf_counter() - t0) * 1000.0
+    assert (f["nfe"], f["fed"]) == (4, 13)
+    assert 20.0 <= f["wall_ms"] <= elapsed_ms
+    assert decoding.cells_of([0, 5, 7], 3) == [[0, 0], [1, 2], [2, 1]]
+
+
+@pytest.mark.parametrize("method, params", [("ar", {}), ("zipar", dict(window=4))])
+def test_raster_and_zipar_orders_feed_every_cell_once_and_rewrite_nothing(tiny_pair, method, params):
+    """Under the schedule rule a cell the schedule fills after a slot was written does not make that
+    slot stale: ar and ZipAR write each of the first N - 1 cells exactly once (ZipAR also feeds the
+    end of a row as an unwritten stand-in to the row below before that end is sampled)."""
+    rec = Recorder(monkeypatch := pytest.MonkeyPatch())
+    try:
+        t = engine.run(RunConfig(method=method, prompt=PROMPT, seed=2).with_params(**params), tiny_pair)
+    finally:
+        monkeypatch.undo()
+    N = tiny_pair.grid[0] * tiny_pair.grid[1]
+    written = [c for r in rec.records for c, w in zip(r["cells"], r["write"]) if w]
+    assert sorted(written) == list(range(N - 1))
+    assert sum(s["fed"] for s in t.steps) == sum(len(r["cells"]) for r in rec.records) >= N - 1
+    assert method != "ar" or sum(s["fed"] for s in t.steps) == N - 1
+
+
+def test_a_decoder_holds_one_row_per_guidance_branch_and_one_slot_per_cell(tiny_pair):
+    """One caption row without guidance (cfg = 1), the conditional and the null-caption row with it; the
+    bookkeeping spans the H x W cells of a grid that is not square."""
+    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
+    for cfg, rows in [(1.0, 1), (2.0, 2), (4.0, 2)]:
+        s = dataclasses.replace(RunConfig().sampling, cfg=cfg)
+        dec = Decoder(tiny_pair.target, (3, 5), ids, mask, s, "cpu")
+        assert dec.captions.shape[0] == dec.masks.shape[0] == rows and dec.drop.tolist() == [False, True][:rows]
+        assert all(len(a) == 15 for a in (dec.cache_tok, dec.written, dec.changed, dec.filled))
+
+
+def test_a_pending_predecessor_is_fed_as_its_placeholder_through_every_entry_point(tiny_pair, monkeypatch):
+    """predict, sample_cells and decode_step hand the placeholder on: the stand-in fed for a cell that is
+    not final is its placeholder token, unwritten; without a placeholder, the nearest final token."""
+    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
+    gen = torch.Generator().manual_seed(0)
+    calls = [lambda dec, known, ph: decoding.predict(dec, [6], known, ph),
+             lambda dec, known, ph: decoding.sample_cells(dec, [6], known, gen, ph),
+             lambda dec, known, ph: decoding.decode_step("resample", "target", dec, [6], known, gen, placeholder=ph)]
+    for call in calls:
+        for ph_token in (77, None):
+            rec = Recorder(monkeypatch)
+            dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu")
+            dec.prefill()
+            known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
+            known[:5] = [3, 1, 4, 1, 5]
+            placeholder = None if ph_token is None else np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
+            if placeholder is not None:
+                placeholder[5] = ph_token
+            call(dec, known, placeholder)
+            r = rec.records[-1]
+            assert (r["cells"][-1], r["write"][-1]) == (5, False)
+            assert r["tokens"][-1] == (5 if ph_token is None else ph_token)
+            monkeypatch.undo()
+
+
+def test_a_forward_can_ask_for_a_stricter_policy_than_its_decoder_and_every_method_gets_the_one_it_asks(tiny_pair):
+    """predict(..., context="exact") on a "verify" decoder rewrites what exact calls stale in that same
+    forward; MethodContext.decoder builds the decoder with the policy asked for."""
+    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
+    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="verify")
+    dec.prefill()
+    known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
+    known[:10] = np.arange(10)
+    decoding.predict(dec, list(range(1, 11)), known)
+    known[3] = 99
+    decoding.predict(dec, [11], known)                                 # verify: rewrites 3 only
+    assert dec.violations(known, 9, context="verify") == [] and dec.violations(known, 9, context="exact") == list(range(4, 10))
+    decoding.predict(dec, [11], known, context="exact")
+    assert dec.violations(known, 10, context="exact") == []
+    ctx = engine.context(RunConfig(method="ar", prompt=PROMPT), tiny_pair)
+    for context in decoding.CONTEXTS:
+        assert ctx.decoder(tiny_pair.target, tiny_pair.grid, context).context == context
+
+
+def test_withdrawing_a_slot_makes_every_committed_slot_after_it_stale(tiny_pair):
+    """A withdrawal is a change (docstring of decoding): the slots written before it and after it in
+    raster order were computed against the withdrawn token."""
+    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
+    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="exact")
+    dec.prefill()
+    known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
+    known[:10] = np.arange(10)
+    decoding.predict(dec, list(range(1, 11)), known)
+    decoding.predict(dec, [11], known)                                 # a later forward: the clock moves on
+    known[5] = UNKNOWN
+    dec._withdraw(np.array([5]))
+    assert dec.violations(known, 9) == list(range(6, 10))
+    assert dec.violations(known, 9, context="schedule") == list(range(6, 10))
+
+
+def test_filling_an_earlier_cell_is_a_change_under_exact_only(tiny_pair):
+    """The policies by their definitions: a cell filled after later slots were written leaves them
+    readable under "schedule" (ZipAR's order) and stale under "exact"; under "exact" a committed cell
+    not written yet already makes every slot after it stale."""
+    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
+    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="schedule")
+    dec.prefill()
+    known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
+    known[:10] = np.arange(10)
+    known[5] = UNKNOWN
+    decoding.predict(dec, list(range(1, 11)), known)   # 0..4 and 6..9 written, 5 fed as a stand-in only
+    assert dec.violations(known, 9) == [] and dec.cache_tok[:10].tolist() == [0, 1, 2, 3, 4, UNKNOWN, 6, 7, 8, 9]
+    known[5] = 42
+    assert dec.violations(known, 9, context="exact") == list(range(5, 10))
+    assert dec.violations(known, 9, context="schedule") == [5]
+    decoding.predict(dec, [6], known)                                   # schedule: writes 5, keeps 6..9
+    assert dec.violations(known, 9, context="schedule") == []
+    assert dec.violations(known, 9, context="exact") == list(range(6, 10))
+    decoding.predict(dec, [11], known, context="exact")
+    assert dec.violations(known, 10, context="exact") == []

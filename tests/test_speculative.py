@@ -1,4 +1,5 @@
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -280,3 +281,290 @@ def test_sjd_that_accepts_every_guess_fails_the_same_test(embedded_row4, monkeyp
     monkeypatch.setattr(sjd, "exact_accept_prob", lambda p, q: torch.ones_like(torch.as_tensor(p)))
     rows, _ = sampled_rows(pair, "sjd", sjd_window=2)
     assert joint_tv(rows, exact) > TV_LIMIT
+
+
+# ---- the trace of a cycle against what the cycle did ----------------------------------------------
+#
+# Each step's fields are checked against the forwards the models actually made during that step
+# (recorded at the model, below the Decoder) and the acceptance probabilities against cache-free
+# forwards of the target and the drafter: a trace is never compared with itself.
+
+class Passes:
+    """Records every forward of the given models: (name, cells fed, write flags, tokens fed, seconds);
+    prefill feeds none."""
+
+    def __init__(self, monkeypatch, **models):
+        self.log: list[tuple[str, list[int], list[bool], list[int], float]] = []
+
+        def timed(name, f, cells, write, tokens):
+            t0 = time.perf_counter()
+            out = f()
+            self.log.append((name, cells, write, tokens, time.perf_counter() - t0))
+            return out
+        for name, gpt in models.items():
+            def prefill(*a, _f=gpt.prefill, _n=name, **kw):
+                return timed(_n, lambda: _f(*a, **kw), [], [], [])
+
+            def forward_cells(cache, tokens, cells, grid, write, *a, _f=gpt.forward_cells, _n=name, **kw):
+                return timed(_n, lambda: _f(cache, tokens, cells, grid, write, *a, **kw), cells.tolist(), write.tolist(),
+                             tokens[0].tolist())
+
+            def step_one(cache, tokens, cell, grid, _f=gpt.step_one, _n=name):
+                return timed(_n, lambda: _f(cache, tokens, cell, grid), cell.reshape(-1).tolist(), [True],
+                             tokens[0].tolist())
+            monkeypatch.setattr(gpt, "prefill", prefill)
+            monkeypatch.setattr(gpt, "forward_cells", forward_cells)
+            monkeypatch.setattr(gpt, "step_one", step_one)
+
+
+def stepped(pair, method: str, seed: int, passes: Passes, **params) -> tuple[list, list, Trace]:
+    """Runs a method step by step: the steps (as dicts), the forwards made during each, the trace.
+    Each step's wall_ms must lie between the time its forwards took and the time until it arrived."""
+    steps, made = [], []
+    passes.log.clear()
+    t0 = time.perf_counter()
+    for out in engine.stream(RunConfig(method=method, prompt=PROMPT, seed=seed, sampling=TOP2).with_params(**params),
+                             pair):
+        if isinstance(out, Trace):
+            return steps, made, out
+        waited_ms = (time.perf_counter() - t0) * 1000.0
+        steps.append(out.to_dict())
+        made.append(passes.log[:])
+        passes.log.clear()
+        assert 1000.0 * sum(f[4] for f in made[-1]) - 1e-3 <= steps[-1]["wall_ms"] <= waited_ms + 1e-3
+        t0 = time.perf_counter()
+
+
+def cache_free_row(pair, gpt, prefix: list[int]) -> torch.Tensor:
+    """(V,) processed distribution of cell len(prefix) under `gpt`, given the tokens before it, from a
+    forward without any cache (cell 0: the prefill's prediction)."""
+    from core.decoding import Decoder
+    from core.sampling import processed
+    ids, mask = pair.caption(PROMPT, pair.grid)
+    dec = Decoder(gpt, pair.grid, ids, mask, TOP2, "cpu")
+    c, N, B = len(prefix), pair.grid[0] * pair.grid[1], dec.captions.shape[0]
+    if c == 0:
+        dec.prefill()
+        return dec.p0
+    tokens = torch.zeros(N, dtype=torch.long)
+    tokens[:c] = torch.tensor(prefix)
+    logits = gpt.forward_visible(dec.captions, dec.masks, tokens[None].expand(B, N), pair.grid,
+                                 torch.arange(N) < c, drop=dec.drop)
+    return processed(logits, TOP2)[0, c - 1]
+
+
+@pytest.mark.parametrize("width, gamma", [(4, 2), (2, 1)])   # (2, 1): one verdict in all when the first passes
+def test_sd_trace_says_what_each_cycle_drafted_judged_and_kept(tiny_row, monkeypatch, width, gamma):
+    """Draft steps: one drafter pass per drafted cell. Verify steps: one target pass feeding the
+    predecessors of the judged cells and of the bonus cell (and stale cells before the cycle, nothing
+    else); judged = the cells drafted since the last verify; accepted a run of passes ending at the
+    first rejection; prob = min(1, p/q) of cache-free target and drafter forwards, 6 decimals;
+    resampled / bonus the cell after the passes; totals the shares of those verdicts."""
+    pair = dataclasses.replace(tiny_row[0], grid=(1, width))
+    N = width
+    passes = Passes(monkeypatch, target=pair.target, drafter=pair.small)
+    seen = dict(bonus=0, resampled=0, fraction=0, single=0)
+    for seed in range(12):
+        steps, made, trace = stepped(pair, "sd", seed, passes, gamma=gamma)
+        final = np.array(trace.tokens).reshape(-1)
+        drafted: list[int] = []
+        drafts: dict[int, int] = {}
+        t = judged_total = accepted_total = 0
+        for s, forwards in zip(steps, made):
+            by = {m: [f for f in forwards if f[0] == m] for m in ("target", "drafter")}
+            cells = [j for _, j in s["cells"]]
+            if s["phase"] == "draft":
+                assert s["model"] == "drafter" and len(cells) == 1 and not by["target"]
+                assert s["nfe"] == len(by["drafter"]) >= 1 and s["fed"] == sum(len(f[1]) for f in by["drafter"])
+                drafted += cells
+                drafts[cells[0]] = s["tokens"][0]
+                continue
+            assert (s["phase"], s["model"]) == ("verify", "target") and not by["drafter"]
+            assert s["nfe"] == len(by["target"]) and s["fed"] == sum(len(f[1]) for f in by["target"])
+            g = len(drafted)
+            assert drafted == list(range(t, t + g)) and [j for _, j in s["judged"]] == drafted
+            fed = {c for f in by["target"] for c in f[1]}
+            needed = set(range(max(t - 1, 0), min(t + g, N - 1)))       # predecessors of judged + bonus cells
+            assert needed <= fed and fed - needed <= set(range(t))
+            a = s["accepted"]
+            assert 1 <= len(a) <= g and all(a[:-1]) and (not a[-1] or len(a) == g)   # stops at a rejection only
+            assert s["tokens"][:sum(a)] == [drafts[c] for c in drafted[:sum(a)]]
+            prefix = final[:t].tolist()
+            for n, c in enumerate(drafted[:len(a)]):
+                x = drafts[c]
+                p = cache_free_row(pair, pair.target, prefix)[x]
+                q = cache_free_row(pair, pair.small, prefix)[x]
+                assert abs(s["prob"][n] - min(1.0, float(p / q))) < 1e-4 and round(s["prob"][n], 6) == s["prob"][n]
+                seen["fraction"] += 0 < s["prob"][n] < 1
+                prefix.append(x)
+            bonus_cell = t + g if all(a) and t + g < N else None
+            kept = t + len(a) + (bonus_cell is not None)
+            assert cells == list(range(t, kept)) and s["tokens"] == final[t:kept].tolist()
+            assert s["resampled"] == (None if all(a) else [0, t + len(a) - 1])
+            assert s["bonus"] == (None if bonus_cell is None else [0, bonus_cell])
+            seen["bonus"] += bonus_cell is not None
+            seen["resampled"] += not all(a)
+            judged_total, accepted_total = judged_total + g, accepted_total + sum(a)   # judged: every drafted cell
+            t, drafted = kept, []
+        assert t == N and not drafted
+        seen["single"] += judged_total == 1
+        assert trace.totals["passed_fraction"] == pytest.approx(accepted_total / judged_total)
+        assert trace.totals["kept_fraction"] == pytest.approx(accepted_total / N)
+        assert trace.totals["target_nfe"] == sum(f[0] == "target" for m in made for f in m)
+        assert trace.totals["drafter_nfe"] == sum(f[0] == "drafter" for m in made for f in m)
+    assert seen["bonus"] and seen["resampled"] and (width < 4 or seen["fraction"])
+    assert width > 2 or seen["single"]
+
+
+@pytest.mark.parametrize("init, grid, window", [("random", (1, 4), 3), ("repeat", (2, 3), 4), ("above", (2, 3), 4),
+                                                 ("repeat", (1, 8), 3), ("random", (1, 1), 1)])
+def test_sjd_trace_says_what_each_pass_guessed_judged_and_kept(tiny_row, monkeypatch, init, grid, window):
+    """Each verify step is one target pass that feeds the window's predecessors (the guesses as they
+    stand, and stale cells before the window); judged = the window; prob = min(1, p/q) with p a
+    cache-free forward over the committed tokens and the guesses before the cell, q one-hot on a fresh
+    guess or the previous pass's p at a redrafted one; fresh guesses follow sjd_init; redrafted /
+    unchanged count the rest of the window and the guesses the redraft left as they were."""
+    pair = dataclasses.replace(tiny_row[0], grid=grid)
+    H, W = grid
+    N = H * W
+    passes = Passes(monkeypatch, target=pair.target)
+    seen = dict(fraction=0, redrafted=0, unchanged=0, rejected=0, fresh=0)
+    for seed in range(8):
+        steps, made, trace = stepped(pair, "sjd", seed, passes, sjd_window=window, sjd_init=init)
+        final = np.array(trace.tokens).reshape(-1)
+        t = judged_total = accepted_total = 0
+        q_prev: dict[int, torch.Tensor] = {}         # cell -> the p its redrafted guess was drawn from
+        rest_prev: dict[int, int | None] = {}        # cell -> the guess the last pass left there (None: not fed)
+        pending = None                               # the last pass's redrafted cells and its `unchanged`
+        for s, forwards in zip(steps, made):
+            assert (s["phase"], s["model"]) == ("verify", "target")
+            assert s["nfe"] == len(forwards) >= 1 and s["fed"] == sum(len(f[1]) for f in forwards)
+            win = list(range(t, min(t + window, N)))
+            assert [i * W + j for i, j in s["judged"]] == win
+            fed = {c: tok for f in forwards for c, tok in zip(f[1], f[3])}
+            needed = set(range(max(t - 1, 0), win[-1]))
+            assert needed <= set(fed) and set(fed) - needed <= set(range(t))
+            guess = {c: fed.get(c) for c in win}     # the window's guesses (the last one is never fed)
+            a = s["accepted"]
+            assert 1 <= len(a) <= len(win) and all(a[:-1]) and (not a[-1] or len(a) == len(win))
+            out = s["tokens"]
+            for n in range(sum(a)):
+                assert guess[win[n]] in (None, out[n])
+                guess[win[n]] = out[n]
+            if pending is not None:                  # the redraft's count of guesses it left alone
+                cells, unchanged = pending
+                known = [c for c in cells if rest_prev[c] is not None and guess.get(c) is not None]
+                same = sum(rest_prev[c] == guess[c] for c in known)
+                assert same <= unchanged <= same + len(cells) - len(known)
+            for c in win:                            # fresh guesses follow sjd_init
+                if c in q_prev or guess[c] is None:
+                    continue
+                seen["fresh"] += 1
+                left = final[c - 1] if c - 1 < t else guess.get(c - 1)
+                up = final[c - W] if c - W < t else guess.get(c - W)
+                if init == "repeat" and c % W > 0 and left is not None:
+                    assert guess[c] == left
+                if init == "above" and c >= W and up is not None:
+                    assert guess[c] == up
+            context = final[:t].tolist()
+            p_rows = {}
+            for n, c in enumerate(win):
+                p_rows[c] = cache_free_row(pair, pair.target, context)
+                if n < len(a) and guess[c] is not None:
+                    x = guess[c]
+                    q = float(q_prev[c][x]) if c in q_prev else 1.0
+                    expected = min(1.0, float(p_rows[c][x]) / q)
+                    assert abs(s["prob"][n] - expected) < 1e-4 and round(s["prob"][n], 6) == s["prob"][n]
+                    seen["fraction"] += 0 < expected < 1
+                if guess[c] is None:
+                    break
+                context.append(guess[c])
+            kept = t + len(out)
+            assert [i * W + j for i, j in s["cells"]] == list(range(t, kept)) and out == final[t:kept].tolist()
+            assert s["resampled"] == (None if all(a) else [(kept - 1) // W, (kept - 1) % W])
+            rest = win[len(out):]
+            assert s["redrafted"] == len(rest) and 0 <= s["unchanged"] <= len(rest)
+            q_prev = {c: p_rows[c] for c in rest if c in p_rows}
+            rest_prev = {c: guess[c] for c in rest}
+            pending = (rest, s["unchanged"]) if rest else None
+            seen["redrafted"] += len(rest)
+            seen["unchanged"] += s["unchanged"]
+            seen["rejected"] += not all(a)
+            judged_total, accepted_total = judged_total + len(a), accepted_total + sum(a)
+            t = kept
+        assert t == N
+        assert trace.totals["passed_fraction"] == pytest.approx(accepted_total / judged_total)
+        assert trace.totals["kept_fraction"] == pytest.approx(accepted_total / N)
+        assert trace.totals["target_nfe"] == sum(len(m) for m in made)
+    if N > 1:
+        assert seen["fraction"] and seen["redrafted"] and seen["rejected"] and seen["fresh"]
+        assert seen["unchanged"] or window < 3
+
+
+@pytest.mark.parametrize("init", ["random", "repeat", "above"])
+def test_a_fresh_sjd_guess_copies_the_neighbour_its_init_names_else_draws_a_uniform_token(init):
+    """sjd.fresh_guess against its definition on random partly known grids: repeat copies the known
+    token to the left in the row, above the one above; otherwise the guess is the next uniform draw
+    of the run's generator (replayed here from a generator seeded alike)."""
+    from core.config import MethodParams
+    from core.decoding import UNKNOWN
+    from core.methods import sjd
+    rng = np.random.default_rng(1)
+    gen, replay = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    V, copied, drawn = 7, 0, []
+    for _ in range(300):
+        H, W = (int(x) for x in rng.integers(1, 5, size=2))
+        ctx = engine.MethodContext(None, None, None, (H, W), None, None, MethodParams(sjd_init=init), gen)
+        known = np.where(rng.random(H * W) < 0.5, rng.integers(0, V, H * W), UNKNOWN)
+        cell = int(rng.integers(0, H * W))
+        left = known[cell - 1] if cell % W > 0 else UNKNOWN
+        up = known[cell - W] if cell >= W else UNKNOWN
+        source = {"repeat": left, "above": up}.get(init, UNKNOWN)
+        got = sjd.fresh_guess(ctx, known, cell, V)
+        if source != UNKNOWN:
+            assert got == source
+            copied += 1
+        else:
+            expected = int(torch.randint(0, V, (1,), generator=replay))
+            assert got == expected
+            drawn.append(got)
+    assert (copied > 50) == (init != "random") and set(drawn) == set(range(V))
+
+
+@pytest.mark.parametrize("method", ["sd", "sjd"])
+def test_a_run_is_a_function_of_its_seed_alone(tiny_row, method):
+    """Every draw (drafts, verdicts, residuals, redrafts, fresh guesses) comes from the run's own
+    generator: a run leaves torch's global generator as it found it, and disturbing that generator
+    between two runs of one seed changes nothing."""
+    pair = dataclasses.replace(tiny_row[0], grid=(1, 4))
+
+    def strip(t):
+        return [{k: v for k, v in s.items() if k != "wall_ms"} for s in t.steps], t.tokens
+    drawn = 0
+    for seed in range(6):
+        cfg = RunConfig(method=method, prompt=PROMPT, seed=seed, sampling=TOP2).with_params(gamma=2, sjd_window=3)
+        torch.manual_seed(0)
+        state = torch.get_rng_state()
+        a = strip(engine.run(cfg, pair))
+        assert torch.equal(torch.get_rng_state(), state)
+        torch.manual_seed(1)
+        assert strip(engine.run(cfg, pair)) == a
+        drawn += any(0 < x < 1 for s in a[0] for x in s.get("prob", []))
+    assert drawn >= 2
+
+
+def test_jacobi_reports_the_share_of_judged_guesses_that_passed(tiny_row):
+    """passed_fraction = passed / judged and kept_fraction = passed / cells, on runs whose verdicts are
+    fixed by the acceptance rule jacobi is given: every guess passes, or none does (one cell too)."""
+    from core.methods import sjd
+    for grid in [(1, 1), (1, 4)]:
+        pair = dataclasses.replace(tiny_row[0], grid=grid)
+        for verdict in (1.0, 0.0):
+            ctx = engine.context(RunConfig(method="sjd", prompt=PROMPT, seed=0, sampling=TOP2), pair)
+            gen = sjd.jacobi(ctx, lambda p, q, x, _v=verdict: _v, sjd.independent_redraft)
+            try:
+                while True:
+                    next(gen)
+            except StopIteration as stop:
+                result = stop.value
+            assert (result.passed_fraction, result.kept_fraction) == (verdict, verdict)
