@@ -246,7 +246,7 @@ def test_a_typed_value_out_of_range_is_named_once_and_never_clamped(page, app_lo
         assert page.locator(f"#{elem_id} .error").count() == 0, elem_id  # no red badge over old images
     assert (image_src(page, "final") if final_before else None) == final_before
     assert app_log == ["user input refused: τ (tau) must be in [0, 1]; got 1.7"]   # one line, no traceback
-    tau.fill("0.05")
+    tau.fill("0.01")
     tau.press("Enter")
 
     seed = page.locator("#seed input")
@@ -266,8 +266,9 @@ def test_a_link_with_values_out_of_range_names_them_and_loads_nothing_silently(b
         toast = pg.locator(".toast-body")
         expect(toast).to_contain_text("ignored tau=5 from the link: τ (tau) must be in [0, 1]")
         expect(toast).to_contain_text("ignored k=999 from the link: k must be in [0, 511]")
-        expect(pg.locator("#tau input[type=number]")).to_have_value("0.05")
-        expect(pg.locator("#k input[type=number]")).to_have_value("16")
+        from app.handlers import DEFAULTS        # the refused values leave the defaults in place
+        expect(pg.locator("#tau input[type=number]")).to_have_value(f"{DEFAULTS['tau']:g}")
+        expect(pg.locator("#k input[type=number]")).to_have_value(str(DEFAULTS["k"]))
         expect(pg.locator("#radius input[type=number]")).to_have_value("9")   # valid, beyond the slider: kept
         assert len([line for line in app_log if line.startswith("link refused")]) == 2
     finally:
