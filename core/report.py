@@ -291,8 +291,10 @@ def frontier_svg(result: dict, family: str = "mulo", adherence_margin: float = 0
         out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4.5" fill="{fill}" stroke="{colour}" '
                    f'stroke-width="1.5"><title>{e(lb)}: {x:.2f}×, adherence {y:.3f}, FD '
                    f'{summary[lb]["frechet"]:.2f}</title></circle>')
-    for x, y, lb in front:
-        out.append(f'<text x="{sx(x) + 7:.1f}" y="{sy(y) - 6:.1f}" font-size="10" fill="#333">{e(_knobs(lb))}</text>')
+    for x, y, lb in front:                                          # labels right of a point, or left near the edge
+        right = sx(x) < L + 0.6 * (width - L - R)
+        out.append(f'<text x="{sx(x) + (7 if right else -7):.1f}" y="{sy(y) - 6:.1f}" font-size="10" fill="#333" '
+                   f'text-anchor="{"start" if right else "end"}">{e(_knobs(lb))}</text>')
     if best is not None:
         x, y = summary[best]["passes_speedup"], summary[best]["adherence"]
         out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="10" fill="none" stroke="#d62728" '
