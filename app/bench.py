@@ -14,7 +14,6 @@ import statistics
 import tempfile
 import time
 
-import gradio as gr
 import torch
 
 from . import handlers as h
@@ -30,7 +29,7 @@ def _click(knobs: list) -> tuple[float, float, dict]:
     first = None
     for out in h.generate(None, False, *knobs):
         live = out[3]   # (state, status, trace file, live canvas, ...): the live panel's update
-        if first is None and isinstance(live, gr.Image) and live.value is not None:
+        if first is None and isinstance(live, dict) and live.get("value") is not None:   # gr.update(value=canvas)
             first = time.perf_counter() - t0
     return first, time.perf_counter() - t0, out[0]
 
@@ -53,7 +52,7 @@ def main() -> None:
     h.engine.load_pair()
 
     first, cold, state = _click(_knobs())
-    _, warm, _ = _click(_knobs(tau=0.05))
+    _, warm, _ = _click(_knobs(tau=0.05))   # another tau: mulo runs again, its ar baseline is remembered
     rerender = _median_s(lambda: h.views(state), args.repeat)
     path = os.path.join(tempfile.mkdtemp(prefix="mulo-bench-"), "trace.json")
     with open(path, "w") as f:
