@@ -562,7 +562,9 @@ def expected_steps(run: RunConfig, grid) -> int:
             draft = expected_steps(replace(run, method=name, params=sub), (h, w))
         except ParameterError:
             draft = h * w
-        return draft + 2 + 8 * W // max(p.window, 1) + h
+        # the verify pass, then the resampling waves: a few at l = 0 (cells resampled alone), about
+        # 8 W / w + h per unit of radius when the expansion merges them into islands (100-prompt sweep)
+        return draft + 1 + (6 if p.radius == 0 else (8 * W // max(p.window, 1) + h) * p.radius)
     if run.method in ("sd", "lantern"):
         return H * W * (p.gamma + 1) // 2
     return H * W // 2

@@ -434,6 +434,16 @@ def test_the_step_estimate_follows_the_drafter_s_method(monkeypatch):
     assert zipar < cascade < ar            # 64 drafter passes at 8x8, plus the 16x16 level's verify and islands
 
 
+@pytest.mark.parametrize("overrides", [{}, dict(tau=0.05, k=16, radius=1)])
+def test_the_step_estimate_is_near_the_steps_a_run_takes(monkeypatch, overrides):
+    """Before any run is remembered, 'about N' is within 20 % of the steps of the default run and of
+    the strict preset's (big islands), on the default prompt."""
+    monkeypatch.setattr(h, "_steps_seen", {})
+    run = h.run_config(*knobs(**overrides))
+    steps = len(engine.run(run).steps)
+    assert abs(h.expected_steps(run, (32, 32)) - steps) <= 0.2 * steps, steps
+
+
 def test_generate_and_replay_show_the_level_rows_of_a_cascade_only(generated, tmp_path):
     """The rows' columns come after the results column (generate) or the trace file (replay), before VIEWS."""
     n = len(h.ROWS)
