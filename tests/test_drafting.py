@@ -251,3 +251,98 @@ def test_the_timeline_has_a_lane_per_level_on_the_runs_clock(tiny_pair):
         assert ms == pytest.approx(sum(s["wall_ms"] for s in t.steps if s.get("level", 0) == lv))
     assert "no published method" in fig.layout.title.text
     assert {y for tr in plots.timeline(run(tiny_pair, tau=TAU_SOME)).data for y in tr.y} == {"mulo"}  # one lane
+
+
+# --- what a run of the drafter's own reports, and the jacobi resampler's wiring ------------------------
+
+@pytest.mark.parametrize("spec", ["zipar/window=2", "mulo/scale=2"])
+def test_a_drafters_run_reports_its_own_steps_one_level_down(tiny_pair, spec):
+    """Every step of the drafter's run, as that run alone reports it, one level deeper: its decode
+    steps are drafting, its forwards are the drafter's, its model-free steps stay model-free."""
+    t = run(tiny_pair, tau=TAU_SOME, draft_method=spec)
+    name, *knobs = spec.split("/")
+    sub_pair = dataclasses.replace(tiny_pair, target=tiny_pair.multiscale, grid=(8, 8))
+    alone = run(sub_pair, name, tau=TAU_SOME, **{k: int(v) for k, v in (kv.split("=") for kv in knobs)})
+    want = [dict(s, phase="draft" if s["phase"] == "decode" else s["phase"],
+                 model=None if s["model"] is None else "drafter", level=s.get("level", 0) + 1) for s in alone.steps]
+    got = [s for s in t.steps if s.get("level", 0) >= 1]
+    strip = lambda steps: [{k: v for k, v in s.items() if k != "wall_ms"} for s in steps]  # noqa: E731
+    assert strip(got) == strip(want)
+    assert not any(s["phase"] == "decode" for s in t.steps)
+    assert any(s["model"] is None for s in got) == (name == "mulo")       # a nested mulo up-samples
+
+
+@pytest.mark.parametrize("redraft", ["independent", "coupled"])
+def test_a_jacobi_resampling_run_is_a_function_of_its_seed_alone(tiny_pair, redraft):
+    """Its judging and its residual draws use the run's generator, never torch's global one; its
+    passes are numbered from 0 in every band, as serial and island resampling number theirs."""
+    import torch
+    runs = []
+    for g in (1, 2):
+        torch.manual_seed(g)
+        runs.append(run(tiny_pair, tau=TAU_SOME, resample="jacobi", redraft=redraft, draft_rows=4))
+    a, b = runs
+    assert a.tokens == b.tokens and [s.get("tokens") for s in a.steps] == [s.get("tokens") for s in b.steps]
+    bands = []                                                           # the waves after each verify
+    for s in a.steps:
+        if s["phase"] == "verify":
+            bands.append([])
+        elif s["phase"] == "resample":
+            bands[-1].append(s["wave"])
+    assert len(bands) > 1 and all(w == list(range(len(w))) for w in bands) and any(bands), bands
+
+
+@pytest.mark.parametrize("redraft", ["independent", "coupled"])
+def test_jacobi_redraws_with_the_redraft_rule_named_and_the_guesses_q_it_drew_them_from(tiny_pair, monkeypatch,
+                                                                                      redraft):
+    """redraft=coupled calls scd's coupled redraft, independent sjd's; each call gets, for every
+    unaccepted cell, the q its guess was drawn from: one-hot at the proposal, else the q returned
+    when that guess was redrawn."""
+    import torch
+    from core.methods import mulo
+    calls, issued = [], {}
+    for rule in ("coupled_redraft", "independent_redraft"):
+        real = getattr(mulo, rule)
+
+        def spy(p, q, old, gen, real=real, rule=rule):
+            new, q_new = real(p, q, old, gen)
+            calls.append((rule, q, old, new, q_new))
+            return new, q_new
+        monkeypatch.setattr(mulo, rule, spy)
+    run(tiny_pair, tau=1.0, radius=1, resample="jacobi", redraft=redraft)
+    assert calls and {c[0] for c in calls} == {f"{redraft}_redraft"}
+    redrawn = 0
+    for _, q, old, new, q_new in calls:
+        for i, x in enumerate(old.tolist()):
+            key = (x, tuple(torch.nonzero(q[i]).reshape(-1).tolist()))
+            if q[i].max() < 1:                                           # a q it returned earlier
+                redrawn += 1
+                assert any(torch.equal(q[i], qq) for qq in issued.get(x, [])), "q is not the one the guess came from"
+            else:                                                        # one-hot at the guess itself
+                assert key[1] == (x,)
+        for x, qq in zip(new.tolist(), q_new):
+            issued.setdefault(x, []).append(qq)
+    assert redrawn > 0
+
+
+def test_one_level_down_is_its_definition_on_every_phase_and_model():
+    """Direct, since no method the engine drafts with as a run of its own emits `decode` (ar and zipar
+    draft in place): decode becomes draft, the rest keep their phase; a model pass becomes the
+    drafter's, a model-free step stays model-free; one level deeper; the run's Result comes back."""
+    from core.methods.mulo import one_level_down
+    from core.trace import Step
+
+    def steps():
+        for phase in ("decode", "draft", "upsample", "verify", "resample", "refresh"):
+            yield Step(phase, None if phase in ("upsample", "refresh") else "target", 1, 0.0, [[0, 0]], level=1)
+        return "result"
+
+    down = one_level_down(steps())
+    got = []
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            got.append(next(down))
+    assert stop.value.value == "result"
+    assert [(s.phase, s.model, s.level) for s in got] == [
+        ("draft", "drafter", 2), ("draft", "drafter", 2), ("upsample", None, 2), ("verify", "drafter", 2),
+        ("resample", "drafter", 2), ("refresh", None, 2)]
