@@ -346,3 +346,57 @@ def test_one_level_down_is_its_definition_on_every_phase_and_model():
     assert [(s.phase, s.model, s.level) for s in got] == [
         ("draft", "drafter", 2), ("draft", "drafter", 2), ("upsample", None, 2), ("verify", "drafter", 2),
         ("resample", "drafter", 2), ("refresh", None, 2)]
+
+
+@pytest.mark.parametrize("window, draft_rows", [(16, 4), (1, 1)])
+def test_a_jacobi_pass_reports_the_target_forward_the_guesses_it_judged_and_what_it_kept(tiny_pair, window, draft_rows):
+    """Each pass: one target forward; `judged` the guesses it tested, `accepted` their verdicts in
+    the same order; every accepted guess is committed as is, and every committed cell was judged;
+    `fed` at least one predecessor token per judged cell (cell 0 has none)."""
+    t = run(tiny_pair, tau=TAU_SOME, resample="jacobi", draft_rows=draft_rows, window=window)
+    H, W = t.grid["target"]
+    passes = [s for s in t.steps if s["phase"] == "resample" and not s.get("level")]
+    assert passes and any(len(s["judged"]) > 1 for s in passes) and not all(all(s["accepted"]) for s in passes)
+    tokens = np.array(t.tokens).reshape(-1)
+    proposal = np.array(t.proposal).reshape(-1)
+    for s in passes:
+        assert s["model"] == "target" and s["nfe"] == 1
+        judged = [i * W + j for i, j in s["judged"]]
+        cells = [i * W + j for i, j in s["cells"]]
+        assert len(s["accepted"]) == len(judged) and set(cells) <= set(judged)
+        assert s["fed"] >= len(judged) - (0 in judged)
+        for c, ok in zip(judged, s["accepted"]):
+            if ok:
+                assert c in cells
+    first = passes[0]                 # the first pass judges the proposal itself: an accepted guess keeps it
+    for (i, j), ok in zip(first["judged"], first["accepted"]):
+        if ok:
+            assert tokens[i * W + j] == proposal[i * W + j]
+
+
+def test_each_jacobi_guess_is_judged_under_its_own_cells_distribution(tiny_pair, monkeypatch):
+    """The p a guess is judged with is a value of the distribution the pass's forward returned for
+    that guess's cell (windows laid end to end), however many windows share the pass."""
+    from core.methods import mulo
+    passes, predict, judge = [], mulo.row_causal_predict, mulo.exact_accept_prob
+
+    def spy_predict(target, windows, *args):
+        probs = predict(target, windows, *args)
+        passes.append(dict(cells=[c for _, cells in windows for c in cells], probs=probs, p=[], n=len(windows)))
+        return probs
+
+    def spy_judge(p, q):
+        passes[-1]["p"].append(float(p))
+        return judge(p, q)
+    monkeypatch.setattr(mulo, "row_causal_predict", spy_predict)
+    monkeypatch.setattr(mulo, "exact_accept_prob", spy_judge)
+    t = run(tiny_pair, tau=TAU_SOME, resample="jacobi", draft_rows=1, window=1)
+    H, W = t.grid["target"]
+    steps = [s for s in t.steps if s["phase"] == "resample" and not s.get("level")]
+    assert len(steps) == len(passes) and max(r["n"] for r in passes) > 2
+    for rec, s in zip(passes, steps):
+        judged = [i * W + j for i, j in s["judged"]]
+        assert len(rec["p"]) == len(judged)
+        for c, p in zip(judged, rec["p"]):
+            row = rec["probs"][rec["cells"].index(c)]
+            assert bool((row == p).any()), "judged under another cell's distribution"
