@@ -400,3 +400,21 @@ def test_each_jacobi_guess_is_judged_under_its_own_cells_distribution(tiny_pair,
         for c, p in zip(judged, rec["p"]):
             row = rec["probs"][rec["cells"].index(c)]
             assert bool((row == p).any()), "judged under another cell's distribution"
+
+
+def test_a_cascade_three_grids_deep_keeps_every_levels_grids(tiny_pair):
+    """A drafter that is a mulo whose own drafter is a run of its own (sjd on 4x4): the trace keeps
+    both deeper levels, each level's tokens the draft of the level above."""
+    t = run(tiny_pair, tau=TAU_SOME, draft_method=CASCADE + "/draft_method=sjd/sjd_window=4")
+    assert [lv["grid"] for lv in t.levels] == [[8, 8], [4, 4]]
+    assert t.levels[0]["tokens"] == t.draft and t.levels[1]["tokens"] == t.levels[0]["draft"]
+    assert [lv["method"] for lv in t.levels] == ["mulo", "sjd"]
+
+
+@pytest.mark.parametrize("rejection", ["local", "raster"])
+def test_the_passed_share_is_the_accepted_verdicts_over_every_judged_cell_of_every_band(tiny_pair, rejection):
+    t = run(tiny_pair, tau=TAU_SOME, draft_rows=1, rejection=rejection)
+    verdicts = [v for s in t.steps if s["phase"] == "verify" and not s.get("level")
+                for row in s["accepted"] for v in row if v is not None]
+    assert len([s for s in t.steps if s["phase"] == "verify"]) > 2 and 0 < sum(verdicts) < len(verdicts)
+    assert t.totals["passed_fraction"] == pytest.approx(sum(verdicts) / len(verdicts))
