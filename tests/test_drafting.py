@@ -418,3 +418,35 @@ def test_the_passed_share_is_the_accepted_verdicts_over_every_judged_cell_of_eve
                 for row in s["accepted"] for v in row if v is not None]
     assert len([s for s in t.steps if s["phase"] == "verify"]) > 2 and 0 < sum(verdicts) < len(verdicts)
     assert t.totals["passed_fraction"] == pytest.approx(sum(verdicts) / len(verdicts))
+
+
+@pytest.mark.parametrize("rejection", ["local", "raster"])
+def test_the_kept_share_and_island_count_are_what_the_verify_steps_report(tiny_pair, rejection):
+    """kept: every cell a band keeps without resampling (local: outside R_X; raster: judged and before
+    t0), over the grid; n_islands: the largest island id, 0 when nothing is resampled."""
+    t = run(tiny_pair, tau=TAU_SOME, draft_rows=1, rejection=rejection)
+    H, W = t.grid["target"]
+    kept = 0
+    for s in (s for s in t.steps if s["phase"] == "verify" and not s.get("level")):
+        res, acc = np.array(s["resample"]), np.array(s["accepted"], dtype=object)
+        kept += int((~res & (acc != None)).sum())                          # noqa: E711
+        assert s["n_islands"] == np.array(s["islands"]).max()
+    assert t.totals["kept_fraction"] == pytest.approx(kept / (H * W)) and 0 < kept < H * W
+    assert all(s["n_islands"] == 0 for s in run(tiny_pair, tau=0.0, draft_rows=1, rejection=rejection).steps
+               if s["phase"] == "verify")
+
+
+@pytest.mark.parametrize("resample", ["islands"])   # serial resampling never reads a pending cell
+def test_a_pending_cell_a_resampling_forward_reads_stands_in_as_its_proposal(tiny_pair, monkeypatch, resample):
+    from core.decoding import Decoder
+    fed, feed = [], Decoder.feed
+
+    def spy(dec, cells, tokens, write, cell_mask=None):
+        fed.append((dec.grid, list(cells), list(tokens), list(write)))
+        return feed(dec, cells, tokens, write, cell_mask)
+    monkeypatch.setattr(Decoder, "feed", spy)
+    t = run(tiny_pair, tau=TAU_SOME, draft_rows=4, resample=resample, window=1)
+    proposal = np.array(t.proposal).reshape(-1)
+    stand_ins = [(c, x) for grid, cells, tokens, write in fed if grid == tuple(tiny_pair.grid)
+                 for c, x, w in zip(cells, tokens, write) if not w]
+    assert stand_ins and all(x == proposal[c] for c, x in stand_ins)
