@@ -50,7 +50,17 @@ declare -A TESTS=(
     tests/test_drafting.py::test_a_cascades_nfe_totals_equal_the_forwards_counted
     tests/test_drafting.py::test_jacobi_resampling_with_nothing_rejected_returns_the_proposal
     tests/test_drafting.py::test_jacobi_in_one_island_commits_a_token_per_pass_and_never_changes_one
-    tests/test_drafting.py::test_greedy_jacobi_with_one_row_at_a_time_equals_greedy_serial_resampling"
+    tests/test_drafting.py::test_greedy_jacobi_with_one_row_at_a_time_equals_greedy_serial_resampling
+    tests/test_drafting.py::test_one_level_down_is_its_definition_on_every_phase_and_model
+    tests/test_drafting.py::test_a_drafters_run_reports_its_own_steps_one_level_down
+    tests/test_drafting.py::test_a_jacobi_resampling_run_is_a_function_of_its_seed_alone
+    tests/test_drafting.py::test_jacobi_redraws_with_the_redraft_rule_named_and_the_guesses_q_it_drew_them_from
+    tests/test_drafting.py::test_a_jacobi_pass_reports_the_target_forward_the_guesses_it_judged_and_what_it_kept
+    tests/test_drafting.py::test_each_jacobi_guess_is_judged_under_its_own_cells_distribution
+    tests/test_drafting.py::test_a_cascade_three_grids_deep_keeps_every_levels_grids
+    tests/test_drafting.py::test_the_passed_share_is_the_accepted_verdicts_over_every_judged_cell_of_every_band
+    tests/test_drafting.py::test_the_kept_share_and_island_count_are_what_the_verify_steps_report
+    tests/test_drafting.py::test_a_pending_cell_a_resampling_forward_reads_stands_in_as_its_proposal"
   [core/methods/sd.py]="tests/test_speculative.py"
   [core/methods/sjd.py]="tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
     tests/test_speculative.py::test_sjd_samples_the_exact_joint[random]

@@ -450,3 +450,17 @@ def test_a_pending_cell_a_resampling_forward_reads_stands_in_as_its_proposal(tin
     stand_ins = [(c, x) for grid, cells, tokens, write in fed if grid == tuple(tiny_pair.grid)
                  for c, x, w in zip(cells, tokens, write) if not w]
     assert stand_ins and all(x == proposal[c] for c, x in stand_ins)
+
+
+def test_a_raster_rejection_run_is_a_function_of_its_seed_alone_and_names_its_resample_steps(tiny_pair):
+    """t0 is drawn with the run's generator, not torch's global one; its step is the target's (its
+    distribution, from the verify pass: no forward of its own), wave 0."""
+    import torch
+    runs = []
+    for g in (1, 2):
+        torch.manual_seed(g)
+        runs.append(run(tiny_pair, tau=TAU_SOME, rejection="raster", draft_rows=1))
+    a, b = runs
+    assert a.tokens == b.tokens
+    resampled = [s for s in a.steps if s["phase"] == "resample"]
+    assert resampled and all(s["model"] == "target" and s["nfe"] == 0 and s["wave"] == 0 for s in resampled)
