@@ -251,3 +251,216 @@ def test_the_timeline_has_a_lane_per_level_on_the_runs_clock(tiny_pair):
         assert ms == pytest.approx(sum(s["wall_ms"] for s in t.steps if s.get("level", 0) == lv))
     assert "no published method" in fig.layout.title.text
     assert {y for tr in plots.timeline(run(tiny_pair, tau=TAU_SOME)).data for y in tr.y} == {"mulo"}  # one lane
+
+
+# --- what a run of the drafter's own reports, and the jacobi resampler's wiring ------------------------
+
+@pytest.mark.parametrize("spec", ["zipar/window=2", "mulo/scale=2"])
+def test_a_drafters_run_reports_its_own_steps_one_level_down(tiny_pair, spec):
+    """Every step of the drafter's run, as that run alone reports it, one level deeper: its decode
+    steps are drafting, its forwards are the drafter's, its model-free steps stay model-free."""
+    t = run(tiny_pair, tau=TAU_SOME, draft_method=spec)
+    name, *knobs = spec.split("/")
+    sub_pair = dataclasses.replace(tiny_pair, target=tiny_pair.multiscale, grid=(8, 8))
+    alone = run(sub_pair, name, tau=TAU_SOME, **{k: int(v) for k, v in (kv.split("=") for kv in knobs)})
+    want = [dict(s, phase="draft" if s["phase"] == "decode" else s["phase"],
+                 model=None if s["model"] is None else "drafter", level=s.get("level", 0) + 1) for s in alone.steps]
+    got = [s for s in t.steps if s.get("level", 0) >= 1]
+    strip = lambda steps: [{k: v for k, v in s.items() if k != "wall_ms"} for s in steps]  # noqa: E731
+    assert strip(got) == strip(want)
+    assert not any(s["phase"] == "decode" for s in t.steps)
+    assert any(s["model"] is None for s in got) == (name == "mulo")       # a nested mulo up-samples
+
+
+@pytest.mark.parametrize("redraft", ["independent", "coupled"])
+def test_a_jacobi_resampling_run_is_a_function_of_its_seed_alone(tiny_pair, redraft):
+    """Its judging and its residual draws use the run's generator, never torch's global one; its
+    passes are numbered from 0 in every band, as serial and island resampling number theirs."""
+    import torch
+    runs = []
+    for g in (1, 2):
+        torch.manual_seed(g)
+        runs.append(run(tiny_pair, tau=TAU_SOME, resample="jacobi", redraft=redraft, draft_rows=4))
+    a, b = runs
+    assert a.tokens == b.tokens and [s.get("tokens") for s in a.steps] == [s.get("tokens") for s in b.steps]
+    bands = []                                                           # the waves after each verify
+    for s in a.steps:
+        if s["phase"] == "verify":
+            bands.append([])
+        elif s["phase"] == "resample":
+            bands[-1].append(s["wave"])
+    assert len(bands) > 1 and all(w == list(range(len(w))) for w in bands) and any(bands), bands
+
+
+@pytest.mark.parametrize("redraft", ["independent", "coupled"])
+def test_jacobi_redraws_with_the_redraft_rule_named_and_the_guesses_q_it_drew_them_from(tiny_pair, monkeypatch,
+                                                                                      redraft):
+    """redraft=coupled calls scd's coupled redraft, independent sjd's; each call gets, for every
+    unaccepted cell, the q its guess was drawn from: one-hot at the proposal, else the q returned
+    when that guess was redrawn."""
+    import torch
+    from core.methods import mulo
+    calls, issued = [], {}
+    for rule in ("coupled_redraft", "independent_redraft"):
+        real = getattr(mulo, rule)
+
+        def spy(p, q, old, gen, real=real, rule=rule):
+            new, q_new = real(p, q, old, gen)
+            calls.append((rule, q, old, new, q_new))
+            return new, q_new
+        monkeypatch.setattr(mulo, rule, spy)
+    run(tiny_pair, tau=1.0, radius=1, resample="jacobi", redraft=redraft)
+    assert calls and {c[0] for c in calls} == {f"{redraft}_redraft"}
+    redrawn = 0
+    for _, q, old, new, q_new in calls:
+        for i, x in enumerate(old.tolist()):
+            key = (x, tuple(torch.nonzero(q[i]).reshape(-1).tolist()))
+            if q[i].max() < 1:                                           # a q it returned earlier
+                redrawn += 1
+                assert any(torch.equal(q[i], qq) for qq in issued.get(x, [])), "q is not the one the guess came from"
+            else:                                                        # one-hot at the guess itself
+                assert key[1] == (x,)
+        for x, qq in zip(new.tolist(), q_new):
+            issued.setdefault(x, []).append(qq)
+    assert redrawn > 0
+
+
+def test_one_level_down_is_its_definition_on_every_phase_and_model():
+    """Direct, since no method the engine drafts with as a run of its own emits `decode` (ar and zipar
+    draft in place): decode becomes draft, the rest keep their phase; a model pass becomes the
+    drafter's, a model-free step stays model-free; one level deeper; the run's Result comes back."""
+    from core.methods.mulo import one_level_down
+    from core.trace import Step
+
+    def steps():
+        for phase in ("decode", "draft", "upsample", "verify", "resample", "refresh"):
+            yield Step(phase, None if phase in ("upsample", "refresh") else "target", 1, 0.0, [[0, 0]], level=1)
+        return "result"
+
+    down = one_level_down(steps())
+    got = []
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            got.append(next(down))
+    assert stop.value.value == "result"
+    assert [(s.phase, s.model, s.level) for s in got] == [
+        ("draft", "drafter", 2), ("draft", "drafter", 2), ("upsample", None, 2), ("verify", "drafter", 2),
+        ("resample", "drafter", 2), ("refresh", None, 2)]
+
+
+@pytest.mark.parametrize("window, draft_rows", [(16, 4), (1, 1)])
+def test_a_jacobi_pass_reports_the_target_forward_the_guesses_it_judged_and_what_it_kept(tiny_pair, window, draft_rows):
+    """Each pass: one target forward; `judged` the guesses it tested, `accepted` their verdicts in
+    the same order; every accepted guess is committed as is, and every committed cell was judged;
+    `fed` at least one predecessor token per judged cell (cell 0 has none)."""
+    t = run(tiny_pair, tau=TAU_SOME, resample="jacobi", draft_rows=draft_rows, window=window)
+    H, W = t.grid["target"]
+    passes = [s for s in t.steps if s["phase"] == "resample" and not s.get("level")]
+    assert passes and any(len(s["judged"]) > 1 for s in passes) and not all(all(s["accepted"]) for s in passes)
+    tokens = np.array(t.tokens).reshape(-1)
+    proposal = np.array(t.proposal).reshape(-1)
+    for s in passes:
+        assert s["model"] == "target" and s["nfe"] == 1
+        judged = [i * W + j for i, j in s["judged"]]
+        cells = [i * W + j for i, j in s["cells"]]
+        assert len(s["accepted"]) == len(judged) and set(cells) <= set(judged)
+        assert s["fed"] >= len(judged) - (0 in judged)
+        for c, ok in zip(judged, s["accepted"]):
+            if ok:
+                assert c in cells
+    first = passes[0]                 # the first pass judges the proposal itself: an accepted guess keeps it
+    for (i, j), ok in zip(first["judged"], first["accepted"]):
+        if ok:
+            assert tokens[i * W + j] == proposal[i * W + j]
+
+
+def test_each_jacobi_guess_is_judged_under_its_own_cells_distribution(tiny_pair, monkeypatch):
+    """The p a guess is judged with is a value of the distribution the pass's forward returned for
+    that guess's cell (windows laid end to end), however many windows share the pass."""
+    from core.methods import mulo
+    passes, predict, judge = [], mulo.row_causal_predict, mulo.exact_accept_prob
+
+    def spy_predict(target, windows, *args):
+        probs = predict(target, windows, *args)
+        passes.append(dict(cells=[c for _, cells in windows for c in cells], probs=probs, p=[], n=len(windows)))
+        return probs
+
+    def spy_judge(p, q):
+        passes[-1]["p"].append(float(p))
+        return judge(p, q)
+    monkeypatch.setattr(mulo, "row_causal_predict", spy_predict)
+    monkeypatch.setattr(mulo, "exact_accept_prob", spy_judge)
+    t = run(tiny_pair, tau=TAU_SOME, resample="jacobi", draft_rows=1, window=1)
+    H, W = t.grid["target"]
+    steps = [s for s in t.steps if s["phase"] == "resample" and not s.get("level")]
+    assert len(steps) == len(passes) and max(r["n"] for r in passes) > 2
+    for rec, s in zip(passes, steps):
+        judged = [i * W + j for i, j in s["judged"]]
+        assert len(rec["p"]) == len(judged)
+        for c, p in zip(judged, rec["p"]):
+            row = rec["probs"][rec["cells"].index(c)]
+            assert bool((row == p).any()), "judged under another cell's distribution"
+
+
+def test_a_cascade_three_grids_deep_keeps_every_levels_grids(tiny_pair):
+    """A drafter that is a mulo whose own drafter is a run of its own (sjd on 4x4): the trace keeps
+    both deeper levels, each level's tokens the draft of the level above."""
+    t = run(tiny_pair, tau=TAU_SOME, draft_method=CASCADE + "/draft_method=sjd/sjd_window=4")
+    assert [lv["grid"] for lv in t.levels] == [[8, 8], [4, 4]]
+    assert t.levels[0]["tokens"] == t.draft and t.levels[1]["tokens"] == t.levels[0]["draft"]
+    assert [lv["method"] for lv in t.levels] == ["mulo", "sjd"]
+
+
+@pytest.mark.parametrize("rejection", ["local", "raster"])
+def test_the_passed_share_is_the_accepted_verdicts_over_every_judged_cell_of_every_band(tiny_pair, rejection):
+    t = run(tiny_pair, tau=TAU_SOME, draft_rows=1, rejection=rejection)
+    verdicts = [v for s in t.steps if s["phase"] == "verify" and not s.get("level")
+                for row in s["accepted"] for v in row if v is not None]
+    assert len([s for s in t.steps if s["phase"] == "verify"]) > 2 and 0 < sum(verdicts) < len(verdicts)
+    assert t.totals["passed_fraction"] == pytest.approx(sum(verdicts) / len(verdicts))
+
+
+@pytest.mark.parametrize("rejection", ["local", "raster"])
+def test_the_kept_share_and_island_count_are_what_the_verify_steps_report(tiny_pair, rejection):
+    """kept: every cell a band keeps without resampling (local: outside R_X; raster: judged and before
+    t0), over the grid; n_islands: the largest island id, 0 when nothing is resampled."""
+    t = run(tiny_pair, tau=TAU_SOME, draft_rows=1, rejection=rejection)
+    H, W = t.grid["target"]
+    kept = 0
+    for s in (s for s in t.steps if s["phase"] == "verify" and not s.get("level")):
+        res, acc = np.array(s["resample"]), np.array(s["accepted"], dtype=object)
+        kept += int((~res & (acc != None)).sum())                          # noqa: E711
+        assert s["n_islands"] == np.array(s["islands"]).max()
+    assert t.totals["kept_fraction"] == pytest.approx(kept / (H * W)) and 0 < kept < H * W
+    assert all(s["n_islands"] == 0 for s in run(tiny_pair, tau=0.0, draft_rows=1, rejection=rejection).steps
+               if s["phase"] == "verify")
+
+
+@pytest.mark.parametrize("resample", ["islands"])   # serial resampling never reads a pending cell
+def test_a_pending_cell_a_resampling_forward_reads_stands_in_as_its_proposal(tiny_pair, monkeypatch, resample):
+    from core.decoding import Decoder
+    fed, feed = [], Decoder.feed
+
+    def spy(dec, cells, tokens, write, cell_mask=None):
+        fed.append((dec.grid, list(cells), list(tokens), list(write)))
+        return feed(dec, cells, tokens, write, cell_mask)
+    monkeypatch.setattr(Decoder, "feed", spy)
+    t = run(tiny_pair, tau=TAU_SOME, draft_rows=4, resample=resample, window=1)
+    proposal = np.array(t.proposal).reshape(-1)
+    stand_ins = [(c, x) for grid, cells, tokens, write in fed if grid == tuple(tiny_pair.grid)
+                 for c, x, w in zip(cells, tokens, write) if not w]
+    assert stand_ins and all(x == proposal[c] for c, x in stand_ins)
+
+
+def test_a_raster_rejection_run_is_a_function_of_its_seed_alone_and_names_its_resample_steps(tiny_pair):
+    """t0 is drawn with the run's generator, not torch's global one; its step is the target's (its
+    distribution, from the verify pass: no forward of its own), wave 0."""
+    import torch
+    runs = []
+    for g in (1, 2):
+        torch.manual_seed(g)
+        runs.append(run(tiny_pair, tau=TAU_SOME, rejection="raster", draft_rows=1))
+    a, b = runs
+    assert a.tokens == b.tokens
+    resampled = [s for s in a.steps if s["phase"] == "resample"]
+    assert resampled and all(s["model"] == "target" and s["nfe"] == 0 and s["wave"] == 0 for s in resampled)
