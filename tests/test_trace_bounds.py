@@ -8,7 +8,7 @@ import json
 import pytest
 
 from core.trace import (CELLS_PER_CELL, MAX_BYTES, MAX_DEPTH, MAX_DIGITS, MAX_LEVELS, MAX_SIDE, STEPS_PER_CELL,
-                        Limits, Trace, TraceError, totals)
+                        Limits, Step, Trace, TraceError, totals)
 
 H, W = 2, 3
 CELLS = H * W
@@ -328,7 +328,8 @@ def test_a_schema_1_file_recounts_the_fraction_it_lacks():
     base = {k: v for k, v in trace().items()}
     base["totals"] = {k: v for k, v in base["totals"].items() if k not in ("passed_fraction", "kept_fraction",
                                                                               "level_nfe")}
-    judged = [step(), dict(verify(), accepted=[[True, False, None], [True, True, True]])]
+    judged = [step(), step(phase="resample", accepted=[False, False]),   # verdicts are read from verify steps only
+              dict(verify(), accepted=[[True, False, None], [True, True, True]])]
     v1 = lambda method, frac: dict(copy.deepcopy(base), schema="mulo-trace/1", method=method,  # noqa: E731
                                    grid=dict(target=[H, W], draft=None), steps=judged,
                                    totals=dict(base["totals"], accepted_fraction=frac))
@@ -348,3 +349,36 @@ def test_totals_count_the_passes_of_each_model_and_level():
     assert totals(steps, 12.34567, 0.5, None, n_levels=3) == dict(
         target_nfe=13, drafter_nfe=8, wall_ms=12.346, passed_fraction=0.5, kept_fraction=None, level_nfe=[20, 3, 5])
     assert totals(steps, 1.0, None, 0.25)["level_nfe"] == [20]
+
+
+def test_a_schema_1_or_2_file_that_is_malformed_is_refused_not_crashed_on():
+    v1_totals = dict(target_nfe=1, drafter_nfe=0, wall_ms=0.5, accepted_fraction=0.5)
+    v1 = dict(trace(schema="mulo-trace/1", grid=dict(target=[H, W], draft=None)), totals=v1_totals)
+    for bad, match in ((dict(steps=3), "grid.levels must list"), (dict(totals=[1]), "totals must give"),
+                       (dict(totals=dict(target_nfe=1)), "totals must give"),
+                       (dict(tokens=None), "tokens must be"), (dict(tokens=[]), "tokens must be"),
+                       (dict(steps=[step(phase="verify", accepted=None)]), "accepted must be a list")):
+        refused(dict(v1, **bad), match)
+    refused(dict(v1, schema="mulo-trace/2", grid=[H, W]), "grid must be")
+    one = dict(v1, method="sd", grid=dict(target=[1, 1], draft=None), tokens=[[0]],
+               steps=[step(phase="verify", accepted=[True], tokens=None)])
+    assert Trace.from_json(json.dumps(one)).totals["kept_fraction"] == 1.0   # one kept cell of one
+
+
+def test_a_step_writes_what_it_did_and_only_that():
+    s = Step("verify", "target", 2, 1.23456, [[0, 1]], extra=dict(band=[0, 1]))
+    assert s.to_dict() == dict(phase="verify", model="target", nfe=2, wall_ms=1.235, cells=[[0, 1]], band=[0, 1])
+    assert Step("draft", "drafter", 1, 0.5, [[0, 0]], tokens=[7], level=2).to_dict() == dict(
+        phase="draft", model="drafter", nfe=1, wall_ms=0.5, cells=[[0, 0]], level=2, tokens=[7])
+
+
+def test_a_value_is_shown_in_at_most_40_characters():
+    refused(trace(seed="s" * 38), r"got '" + "s" * 38 + "'$")                 # repr of 40 characters: whole
+    refused(trace(seed="s" * 39), r"got '" + "s" * 36 + r"\.\.\.$")           # of 41: cut to 37 and "..."
+
+
+def test_from_dict_applies_the_pair_limits_too():
+    pair = lambda name: Limits((H, W), (), 6)  # noqa: E731
+    assert Trace.from_dict(trace(), pair).tokens == trace()["tokens"]
+    with pytest.raises(TraceError, match=r"tokens must be a 2x3 grid of codebook tokens in \[0, 6\)"):
+        Trace.from_dict(trace(tokens=[[6] * W] * H), pair)
