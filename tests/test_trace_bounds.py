@@ -180,6 +180,14 @@ def test_the_deeper_levels_hold_their_own_grids():
         refused(trace(grid=grid, draft=[[1, 1], [1, 1]], levels=[bad]),
                 r"^levels\[0\] must give method, grid \[2, 2\], tokens on it, and proposal \(same grid\) and draft "
                 r"\(the next level's grid\) or null$")
+    below = dict(method="ar", grid=[1, 1], tokens=[[3]], proposal=None, draft=None)
+    ok(trace(grid=grid, draft=[[1, 1], [1, 1]], levels=[lv, below]))                  # one per level below the target
+    refused(trace(grid=grid, draft=[[1, 1], [1, 1]], levels=[lv, dict(below, draft=[[0]])]), r"^levels\[1\] must give")
+    pair = lambda name: Limits((H, W), ((2, 2), (1, 1)), 6)  # noqa: E731
+    ok(trace(grid=grid, draft=[[1, 1], [1, 1]], levels=[dict(lv, tokens=[[5, 5], [5, 5]])]), pair)
+    for key, v in (("tokens", [[6, 1], [1, 1]]), ("proposal", [[0, 0], [0, 6]]), ("draft", [[6]])):
+        refused(trace(grid=grid, draft=[[1, 1], [1, 1]], levels=[dict(lv, **{key: v})]), r"levels\[0\] must give",
+                pair)   # a deeper level's tokens are codebook tokens of the pair too
     two = dict(target=[H, W], draft=[2, 2], levels=[[H, W], [2, 2]])
     refused(trace(grid=two, draft=[[1, 1], [1, 1]], levels=[dict(lv, draft=[[3]])]), r"levels\[0\] must give")
     refused(trace(grid=two, draft=[[1, 1], [1, 1]], levels=[lv, lv]),
