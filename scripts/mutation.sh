@@ -27,7 +27,15 @@ declare -A TESTS=(
     tests/test_llamagen_golden.py::test_top_k_and_top_p_filtering_equal_the_official_rule_bit_for_bit"
   [core/upsampling.py]="tests/test_upsampling.py tests/test_engine.py::test_tau_zero_accepts_every_proposal
     tests/test_context.py::test_pooled_mass_of_a_later_band_equals_a_cache_free_forward"
-  [core/trace.py]="tests/test_engine.py tests/test_app_views.py"
+  [core/trace.py]="tests/test_trace_bounds.py tests/test_trace_safety.py::test_a_real_trace_replays_within_its_pair_s_limits
+    tests/test_trace_safety.py::test_a_crafted_trace_is_refused_with_one_clear_message
+    tests/test_trace_safety.py::test_an_html_method_is_not_echoed_as_markup
+    tests/test_trace_safety.py::test_grids_are_checked_against_the_pair_before_the_tokens
+    tests/test_trace_safety.py::test_a_trace_without_a_pair_is_bounded_by_its_own_grid
+    tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made
+    tests/test_engine.py::test_a_trace_round_trips_through_json_with_the_contract_fields
+    tests/test_engine.py::test_a_schema_1_trace_is_read_with_passed_and_kept_recounted
+    tests/test_drafting.py::test_a_schema_2_trace_reads_with_its_levels"
   [core/decoding.py]="tests/test_context.py tests/test_engine.py
     tests/test_speculative.py::test_sd_trace_says_what_each_cycle_drafted_judged_and_kept
     tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
