@@ -25,12 +25,13 @@ def mulo(pair, **params):
     return engine.run(RunConfig(method="mulo", prompt=PROMPT, seed=2).with_params(**{"k": 4, "tau": 0.007, **params}), pair)
 
 
-def last_judgement(trace) -> dict[tuple[int, int], tuple[float, bool]]:
-    """(i, j) -> (pooled, passed) of the last verify pass that judged the cell (null: not judged)."""
-    W = trace.grid["target"][1]
+def last_judgement(trace, level: int = 0) -> dict[tuple[int, int], tuple[float, bool]]:
+    """(i, j) -> (pooled, passed) of the last verify pass of `level` (0: the target; a cascade's deeper
+    levels on their own grids) that judged the cell (null: not judged)."""
+    W = trace.grid["levels"][level][1]
     out = {}
     for s in trace.steps:
-        if s["phase"] != "verify":
+        if s["phase"] != "verify" or s.get("level", 0) != level:
             continue
         r0 = s["band"][0]
         for n, (p, a) in enumerate(zip(sum(s["pooled"], []), sum(s["accepted"], []))):
@@ -148,20 +149,6 @@ def test_the_bench_table_never_prints_nan_for_fd():
     assert "nan" not in bench.table(dict(prompts=1, seed=0, specs=["ar"], summary={"ar": row})).lower()
 
 
-def level_judgement(trace, level: int) -> dict[tuple[int, int], tuple[float, bool]]:
-    """last_judgement for the verify passes of one cascade level, on that level's grid."""
-    W = trace.grid["levels"][level][1]
-    out = {}
-    for s in trace.steps:
-        if s["phase"] != "verify" or s.get("level", 0) != level:
-            continue
-        r0 = s["band"][0]
-        for n, (p, a) in enumerate(zip(sum(s["pooled"], []), sum(s["accepted"], []))):
-            if p is not None:
-                out[(r0 + n // W, n % W)] = (p, a)
-    return out
-
-
 @pytest.fixture(scope="module")
 def cascade(tiny_pair):
     """16x16 target, its 8x8 level verified with its own τ (0.01, the target's 0.007), drafted at 4x4."""
@@ -187,7 +174,7 @@ def test_a_cascade_level_row_shows_that_level_s_draft_proposal_verdicts_and_isla
     heat = [d for d in fig.data if d.type == "heatmap"][0]
     z, custom = np.asarray(heat.z, dtype=float), np.asarray(heat.customdata, dtype=object)
     assert z.shape == (8, 8)
-    judged = level_judgement(cascade, 1)
+    judged = last_judgement(cascade, 1)
     assert len(judged) == 64 and {a for _, a in judged.values()} == {True, False}
     px = render.SIZE // 8
     for (i, j), (pooled, passed) in judged.items():
@@ -209,7 +196,7 @@ def test_the_level_row_is_not_the_target_level_or_the_transpose(cascade):
     z = np.asarray([d for d in h.views({"trace": cascade})[h.VIEWS.index("level1_heatmap")].data
                     if d.type == "heatmap"][0].z, dtype=float)
     expected = np.zeros_like(z)
-    for (i, j), (pooled, _) in level_judgement(cascade, 1).items():
+    for (i, j), (pooled, _) in last_judgement(cascade, 1).items():
         expected[i, j] = min(0.0, max(plots.LOG_FLOOR, math.log10(max(pooled, 1e-12))))
     assert np.abs(z - expected).max() < 1e-9 and np.abs(z - expected.T).max() > 1e-3
 

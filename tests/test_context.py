@@ -228,14 +228,20 @@ def test_k_beyond_the_neighbour_table_is_refused_naming_the_limit(tiny_pair):
         run_mulo(pair, k=33)
 
 
-def test_the_decoder_names_its_violations(tiny_pair):
-    """Decoder.violations is the check the rule promises: a withdrawn proposal and a slot computed
-    before an earlier change are both named."""
-    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
-    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="exact")
+def ten_known_cells(pair, context: str):
+    """A prefilled decoder under `context` and a known-token array whose cells 0..9 hold 0..9."""
+    ids, mask = pair.caption(PROMPT, pair.grid)
+    dec = Decoder(pair.target, pair.grid, ids, mask, RunConfig().sampling, "cpu", context=context)
     dec.prefill()
     known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
     known[:10] = np.arange(10)
+    return dec, known
+
+
+def test_the_decoder_names_its_violations(tiny_pair):
+    """Decoder.violations is the check the rule promises: a withdrawn proposal and a slot computed
+    before an earlier change are both named."""
+    dec, known = ten_known_cells(tiny_pair, "exact")
     decoding.predict(dec, list(range(1, 11)), known)                   # slots 0..9 written
     assert dec.violations(known, 9) == []
     known[3] = 99                                                      # cell 3 changes: 3 and all after it
@@ -463,11 +469,7 @@ def test_a_pending_predecessor_is_fed_as_its_placeholder_through_every_entry_poi
 def test_a_forward_can_ask_for_a_stricter_policy_than_its_decoder_and_every_method_gets_the_one_it_asks(tiny_pair):
     """predict(..., context="exact") on a "verify" decoder rewrites what exact calls stale in that same
     forward; MethodContext.decoder builds the decoder with the policy asked for."""
-    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
-    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="verify")
-    dec.prefill()
-    known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
-    known[:10] = np.arange(10)
+    dec, known = ten_known_cells(tiny_pair, "verify")
     decoding.predict(dec, list(range(1, 11)), known)
     known[3] = 99
     decoding.predict(dec, [11], known)                                 # verify: rewrites 3 only
@@ -482,11 +484,7 @@ def test_a_forward_can_ask_for_a_stricter_policy_than_its_decoder_and_every_meth
 def test_withdrawing_a_slot_makes_every_committed_slot_after_it_stale(tiny_pair):
     """A withdrawal is a change (docstring of decoding): the slots written before it and after it in
     raster order were computed against the withdrawn token."""
-    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
-    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="exact")
-    dec.prefill()
-    known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
-    known[:10] = np.arange(10)
+    dec, known = ten_known_cells(tiny_pair, "exact")
     decoding.predict(dec, list(range(1, 11)), known)
     decoding.predict(dec, [11], known)                                 # a later forward: the clock moves on
     known[5] = UNKNOWN
@@ -499,11 +497,7 @@ def test_filling_an_earlier_cell_is_a_change_under_exact_only(tiny_pair):
     """The policies by their definitions: a cell filled after later slots were written leaves them
     readable under "schedule" (ZipAR's order) and stale under "exact"; under "exact" a committed cell
     not written yet already makes every slot after it stale."""
-    ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
-    dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="schedule")
-    dec.prefill()
-    known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
-    known[:10] = np.arange(10)
+    dec, known = ten_known_cells(tiny_pair, "schedule")
     known[5] = UNKNOWN
     decoding.predict(dec, list(range(1, 11)), known)   # 0..4 and 6..9 written, 5 fed as a stand-in only
     assert dec.violations(known, 9) == [] and dec.cache_tok[:10].tolist() == [0, 1, 2, 3, 4, UNKNOWN, 6, 7, 8, 9]
