@@ -310,10 +310,12 @@ def _report(args) -> int:
     from . import report
     from .bench import SummaryError
     try:
-        path = report.write(args.folder[0], args.html, tuple(args.folder[1:]))
+        result = report.combine([report.read_folder(f) for f in args.folder])
+        first = report.summary_file(args.folder[0]).parent
+        path = report.write(result, args.html or first / "report.html",
+                            f"Benchmark report: {', '.join(report.summary_file(f).parent.name for f in args.folder)}")
         print(f"wrote {path}")
         if args.svg:
-            result = report.combine([report.read_folder(f) for f in args.folder])
             best, meets = report.choose(result, args.family)
             svg = report.frontier_svg(result, args.family)
             write_atomic(Path(args.svg), lambda tmp: Path(tmp).write_text(svg, encoding="utf-8"))

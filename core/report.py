@@ -145,7 +145,8 @@ def page(result: dict, title: str) -> str:
             f"<p class=note>Workers: {html.escape(', '.join(workers))}</p></body></html>")
 
 
-def _summary_file(folder: str | Path) -> Path:
+def summary_file(folder: str | Path) -> Path:
+    """FOLDER/summary.json of a finished run (or the summary file itself); SummaryError otherwise."""
     folder = Path(folder)
     f = folder / SUMMARY if folder.is_dir() else folder
     if not f.is_file():
@@ -156,7 +157,7 @@ def _summary_file(folder: str | Path) -> Path:
 
 def read_folder(folder: str | Path) -> dict:
     """The merged result of a finished run folder (or of its summary.json)."""
-    return read_summary(_summary_file(folder).read_bytes())
+    return read_summary(summary_file(folder).read_bytes())
 
 
 def combine(results: list[dict]) -> dict:
@@ -183,14 +184,10 @@ def combine(results: list[dict]) -> dict:
             "workers": sorted({w for r in results for w in r.get("workers", [])})}
 
 
-def write(folder: str | Path, out: str | Path | None = None, more: tuple = ()) -> Path:
-    """Read FOLDER/summary.json (and those of the `more` folders, combined) and write the report
-    (default FOLDER/report.html)."""
-    f = _summary_file(folder)
-    result = combine([read_summary(f.read_bytes())] + [read_folder(m) for m in more])
-    target = Path(out) if out else f.parent / "report.html"
-    write_atomic(target, page(result, f"Benchmark report: {', '.join(Path(x).name for x in (f.parent, *more))}"))
-    return target
+def write(result: dict, target: str | Path, title: str) -> Path:
+    """Write the report page of a (combined) result to `target`."""
+    write_atomic(Path(target), page(result, title))
+    return Path(target)
 
 
 def choose(result: dict, family: str = "mulo", adherence_margin: float = 0.01,
