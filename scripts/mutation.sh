@@ -8,6 +8,9 @@
 # Each module runs in a scratch copy of the working tree (tracked and untracked, not ignored files),
 # so the tree itself is never touched; results land in mutation-results/<module>.txt and the table
 # of scores is printed by scripts/mutation_summary.py. `MUTMUT_CHILDREN` sets parallel mutants (1).
+# `MUTATION_KEEP=1` keeps the scratch copy as mutation-results/<module>.work: a survivor can then be
+# run against tests written after the run (copy them in; `MUTANT_UNDER_TEST=<name> pytest ...` in its
+# mutants/ folder switches that one mutant on).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -77,12 +80,20 @@ declare -A TESTS=(
     tests/test_speculative.py::test_a_run_is_a_function_of_its_seed_alone
     tests/test_speculative.py::test_jacobi_reports_the_share_of_judged_guesses_that_passed
     tests/test_newer_methods.py::test_scd_samples_the_exact_joint_of_a_toy_model"
+  [core/methods/pjd.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/gsd.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/scd.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/cool.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/lantern.py]="tests/test_speculative.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/zipar.py]="tests/test_engine.py::test_zipar_with_window_w_gives_ar_tokens tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made
+    tests/test_schedules.py"
+  [core/methods/ar.py]="tests/test_engine.py tests/test_context.py::test_raster_and_zipar_orders_feed_every_cell_once_and_rewrite_nothing"
   [app/render.py]="tests/test_app_views.py tests/test_app_render.py"
   [app/plots.py]="tests/test_app_views.py tests/test_app_render.py"
 )
 # the slowest tests of those files stay out of the mutation runs: each would run per mutant (the raster
 # fixture case of draft_method=ar alone takes 12 s; raster rejection keeps its own 0.2 s test)
-DESELECT="not shipped and not old_refresh and not verify_keeps and not sd_samples_the_target and not always_accept_rule and not (draft_method_ar and 0.02)"
+DESELECT="not shipped and not old_refresh and not scd_drafts_settle and not verify_keeps and not sd_samples_the_target and not always_accept_rule and not (draft_method_ar and 0.02)"
 
 present() {  # a file, or file::test[param] whose test function the file defines
   local f=${1%%::*} t=${1#*::}
@@ -93,7 +104,9 @@ present() {  # a file, or file::test[param] whose test function the file defines
 MODULES=("$@")
 [ ${#MODULES[@]} -gt 0 ] || MODULES=(core/acceptance.py core/islands.py core/schedules.py core/sampling.py
                                      core/upsampling.py core/trace.py core/decoding.py core/methods/mulo.py
-                                     core/methods/sd.py core/methods/sjd.py app/render.py app/plots.py)
+                                     core/methods/sd.py core/methods/sjd.py core/methods/pjd.py core/methods/gsd.py
+                                     core/methods/scd.py core/methods/cool.py core/methods/lantern.py
+                                     core/methods/zipar.py core/methods/ar.py app/render.py app/plots.py)
 mkdir -p "$ROOT/mutation-results"
 for m in "${MODULES[@]}"; do
   [ -n "${TESTS[$m]:-}" ] || { echo "no test selection for $m" >&2; exit 2; }
@@ -114,6 +127,10 @@ for m in "${MODULES[@]}"; do
    cd "$work" && mutmut results --all true > "$ROOT/mutation-results/$name.txt"
    for s in $(grep -v ': killed' "$ROOT/mutation-results/$name.txt" | sed 's/^ *//; s/:.*//'); do mutmut show "$s"; done \
      > "$ROOT/mutation-results/$name.survivors.diff" 2>&1 || true)
-  rm -rf "$work"
+  if [ "${MUTATION_KEEP:-0}" = 1 ]; then
+    rm -rf "$ROOT/mutation-results/$name.work" && mv "$work" "$ROOT/mutation-results/$name.work"
+  else
+    rm -rf "$work"
+  fi
 done
 cat "$ROOT"/mutation-results/*.txt | python "$ROOT/scripts/mutation_summary.py"

@@ -36,8 +36,8 @@ class Recorder:
             dec._known_at_plan = known.copy()
             return plan(dec, inputs, known, context)
 
-        def fed(dec, cells, tokens, write):
-            out = feed(dec, cells, tokens, write)
+        def fed(dec, cells, tokens, write, cell_mask=None):
+            out = feed(dec, cells, tokens, write, cell_mask)
             P = dec.cache.prefix_len
             rec.records.append(dict(dec=dec, cells=list(cells), tokens=list(tokens), write=list(write), out=out,
                                     known=dec._known_at_plan, held=dec.cache_tok.copy(),
@@ -509,3 +509,114 @@ def test_filling_an_earlier_cell_is_a_change_under_exact_only(tiny_pair):
     assert dec.violations(known, 9, context="exact") == list(range(6, 10))
     decoding.predict(dec, [11], known, context="exact")
     assert dec.violations(known, 10, context="exact") == []
+
+
+def test_guidance_stops_after_cfg_interval_as_in_a_cache_free_forward(tiny_pair, monkeypatch):
+    """With cfg_interval = c only cells 0..c + 1 are guided (LlamaGen's rule): every row of every
+    forward of a run that crosses that edge equals the cache-free forward processed with the raster
+    index of the cell it predicts. Negative control: the same rows against a reference that guides
+    every cell differ past the edge."""
+    sampling = dataclasses.replace(RunConfig().sampling, cfg=4.0, cfg_interval=5)
+    rec = Recorder(monkeypatch)
+    cfg = RunConfig(method="mulo", prompt=PROMPT, seed=0, sampling=sampling).with_params(k=4, tau=TAU_SOME)
+    engine.run(cfg, tiny_pair)
+    target = [r for r in rec.records if r["dec"].grid == tuple(tiny_pair.grid)]
+    assert any(c + 1 <= 6 for r in target for c in r["cells"]) and any(c + 1 > 6 for r in target for c in r["cells"])
+    assert max(gap(r) for r in target) < TOL
+    everywhere = dataclasses.replace(sampling, cfg_interval=-1)
+    gaps = []
+    for r in target:
+        r["dec"].sampling = everywhere
+        gaps.append(gap(r))
+        r["dec"].sampling = sampling
+    assert max(gaps) > 100 * TOL
+
+
+class _Routes:
+    """Counts which GPT entry a Decoder.feed reaches: the single-token step or the general forward."""
+
+    def __init__(self, monkeypatch):
+        from core.models.gpt import GPT
+        self.calls: list[tuple[str, int, bool, bool]] = []   # (entry, tokens, all written, masked)
+        self.entry: list[str] = []
+        step_one, forward_cells, feed = GPT.step_one, GPT.forward_cells, Decoder.feed
+        me = self
+
+        def one(gpt, cache, tokens, cell, grid):
+            me.entry.append("step_one")
+            return step_one(gpt, cache, tokens, cell, grid)
+
+        def cells(gpt, cache, tokens, cell_t, grid, write=None, cell_mask=None):
+            me.entry.append("forward_cells")
+            return forward_cells(gpt, cache, tokens, cell_t, grid, write, cell_mask)
+
+        def fed(dec, cells_, tokens, write, cell_mask=None):
+            me.entry.clear()
+            out = feed(dec, cells_, tokens, write, cell_mask)
+            assert len(me.entry) == 1
+            me.calls.append((me.entry[0], len(cells_), all(write), cell_mask is not None))
+            return out
+        monkeypatch.setattr(GPT, "step_one", one)
+        monkeypatch.setattr(GPT, "forward_cells", cells)
+        monkeypatch.setattr(Decoder, "feed", fed)
+
+
+@pytest.mark.parametrize("method, params", [("ar", {}), ("mulo", dict(k=4, tau=TAU_SOME)), ("pjd", {}),
+                                            ("zipar", dict(window=4))])
+def test_a_single_written_token_takes_the_compilable_step_and_every_other_forward_the_general_one(
+        tiny_pair, monkeypatch, method, params):
+    """Decoder.feed routes one written token without a visibility mask through GPT.step_one (the step
+    MULO_COMPILE compiles) and everything else through forward_cells: with the mask when one is given."""
+    routes = _Routes(monkeypatch)
+    engine.run(RunConfig(method=method, prompt=PROMPT, seed=1).with_params(**params), tiny_pair)
+    assert routes.calls
+    for entry, n, written, masked in routes.calls:
+        assert entry == ("step_one" if n == 1 and written and not masked else "forward_cells")
+    if method == "ar":
+        assert {c[0] for c in routes.calls} == {"step_one"}
+    if method in ("mulo", "pjd"):
+        assert {c[0] for c in routes.calls} == {"step_one", "forward_cells"} or method == "pjd"
+    if method == "pjd":
+        assert any(masked for *_, masked in routes.calls)
+
+
+def _kv(dec: Decoder, cell: int) -> torch.Tensor:
+    s = dec.cache.prefix_len + cell
+    return torch.stack([dec.cache.k[:, :, :, s], dec.cache.v[:, :, :, s]]).clone()
+
+
+def test_a_rewrite_is_a_change_exactly_when_the_slot_s_key_values_change(tiny_pair):
+    """Decoder.feed marks a rewritten slot changed when its token or its K/V differ from the last
+    write, and K/V differ exactly when a slot before it changed or was filled since (the cache itself
+    is the oracle: the slot's keys and values before and after the rewrite)."""
+    # the same token under the same context: K/V equal, not a change, nothing after it stale
+    dec, known = ten_known_cells(tiny_pair, "exact")
+    decoding.predict(dec, list(range(1, 11)), known)
+    before = _kv(dec, 5)
+    decoding.predict(dec, [6], known)                                  # feeds 5 again, same token
+    assert float((_kv(dec, 5) - before).abs().max()) < 1e-5
+    assert dec.changed[5] < dec.written[5] and dec.violations(known, 9) == []
+    # the same token after an earlier cell was filled: K/V differ, a change, what follows is stale
+    dec, known = ten_known_cells(tiny_pair, "schedule")
+    known[5] = UNKNOWN
+    decoding.predict(dec, list(range(1, 11)), known)                   # 5 fed as a stand-in only
+    known[5] = 42
+    decoding.predict(dec, [6], known)                                  # fills 5 (no change under schedule)
+    assert dec.violations(known, 9) == []
+    before = _kv(dec, 7)
+    decoding.predict(dec, [8], known)                                  # feeds 7 again, same token, 5 now visible
+    assert float((_kv(dec, 7) - before).abs().max()) > 1e-3
+    assert dec.changed[7] == dec.written[7] == dec.clock
+    assert dec.violations(known, 9) == [8, 9]
+
+
+@pytest.mark.parametrize("method, params", [("mulo", dict(k=4, tau=TAU_SOME, radius=1, draft_rows=2)),
+                                            ("pjd", {}), ("zipar", dict(window=4)), ("sjd", {}), ("sd", {})])
+def test_the_cache_holds_keys_exactly_where_the_decoder_says_a_token_is(tiny_pair, monkeypatch, method, params):
+    """After every forward of a run the readable cell slots are the ones the decoder records as holding
+    a token; stand-ins (write=False) leave no key behind."""
+    rec = Recorder(monkeypatch)
+    engine.run(RunConfig(method=method, prompt=PROMPT, seed=3).with_params(**params), tiny_pair)
+    assert any(not all(r["write"]) for r in rec.records) or method in ("sd", "sjd")
+    for r in rec.records:
+        assert np.array_equal(r["readable"], r["held"] != UNKNOWN)
