@@ -2,9 +2,9 @@
 
 Every forward the Decoder makes is recorded (what it fed, which slots were readable, what the
 method held as committed), then recomputed without any cache by GPT.forward_visible over exactly
-the committed tokens. With context=exact the two agree to 1e-4 on every row; the negative controls
-(context=verify, and the old refresh rule that only rewrote slots before the first cell of a wave)
-must disagree.
+the committed tokens. With context=exact the two agree on every row (`p_gap`: the error relative to
+each probability, floored at the uniform mass); the negative controls (context=verify, and the old
+refresh rule that only rewrote slots before the first cell of a wave) must disagree.
 """
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ from core.sampling import processed
 
 PROMPT = "a large red circle center and a small blue square top left on a striped green background"
 TAU_SOME = 0.0070   # at k = 4, l = 1 the tiny random target rejects about 5 % of cells: several islands
-TOL = 1e-4
+TOL = 1e-4          # on pooled masses, relative
+TOL_P = 1e-5        # on distributions, by p_gap: the tiny target (its clean runs: ~6e-7)
+TOL_P_SHIPPED = 1e-3  # the same on the shipped 6-layer target under guidance (float noise: ~1e-4)
+
 
 
 class Recorder:
@@ -78,9 +81,19 @@ def reference(rec: dict, stand_ins: int | None = None) -> tuple[torch.Tensor, li
     return torch.stack(rows), which
 
 
+def p_gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| / max(b, 1/V) over every token: relative error for every token at or above the
+    uniform mass, V times the absolute error below it. Not the absolute error: on a near-uniform model
+    (the tiny random target: max p ~ 0.01) K/V computed against the wrong context move a probability
+    by ~1e-6, i.e. ~1e-4 of it. Not the log either: a sharp model's tokens of mass ~1e-9 carry float32
+    noise of ~1e-4 in their logs."""
+    a, b = a.double(), b.double()
+    return float(((a - b).abs() / b.clamp(min=1.0 / b.shape[-1])).max())
+
+
 def gap(rec: dict, stand_ins: int | None = None) -> float:
     ref, which = reference(rec, stand_ins)
-    return float((rec["out"][which] - ref).abs().max())
+    return p_gap(rec["out"][which], ref)
 
 
 def run_mulo(pair, **params) -> tuple:
@@ -123,7 +136,7 @@ def test_every_query_reads_the_committed_tokens_computed_under_the_committed_pre
         assert np.array_equal(r["readable"][:reach], committed)
         assert np.array_equal(r["held"][:reach][committed], r["known"][:reach][committed])
         # ... and the distributions equal a cache-free forward on those tokens
-        assert gap(r) < TOL
+        assert gap(r) < TOL_P
     # committed tokens never change once committed: what resampling read is in the finished image
     for r in target:
         resampling = [c + 1 for c, wr in zip(r["cells"], r["write"]) if r["known"][c + 1 if c + 1 < len(final) else c] == UNKNOWN]
@@ -141,14 +154,14 @@ def embedded():
 def test_on_the_shipped_models_exact_context_matches_the_cache_free_forward(embedded, monkeypatch):
     rec = Recorder(monkeypatch)
     run_mulo(embedded, context="exact", k=16, tau=0.05, scale=4)
-    assert worst_gap(rec.records, tuple(embedded.grid), stand_ins=1, most=24) < TOL
+    assert worst_gap(rec.records, tuple(embedded.grid), stand_ins=1, most=24) < TOL_P_SHIPPED
 
 
 def test_context_verify_keeps_stale_key_values_that_exact_rewrites(embedded, monkeypatch):
     """Negative control: the same check fails with context=verify (passed cells keep verify-time K/V)."""
     rec = Recorder(monkeypatch)
     run_mulo(embedded, context="verify", k=16, tau=0.05, scale=4)
-    assert worst_gap(rec.records, tuple(embedded.grid), stand_ins=0, above=100 * TOL) > 100 * TOL
+    assert worst_gap(rec.records, tuple(embedded.grid), stand_ins=0, above=100 * TOL_P_SHIPPED) > 100 * TOL_P_SHIPPED
 
 
 def _old_plan(dec, inputs, known, context=None):
@@ -167,7 +180,7 @@ def test_the_old_refresh_rule_fails_the_same_check(embedded, monkeypatch):
     target = [r for r in rec.records if r["dec"].grid == tuple(embedded.grid)]
     stale_reads = sum(not np.array_equal(r["readable"][:max(r["cells"]) + 1],
                                          r["known"][:max(r["cells"]) + 1] != UNKNOWN) for r in target)
-    assert stale_reads > 0 and worst_gap(rec.records, tuple(embedded.grid), stand_ins=0, above=100 * TOL) > 100 * TOL
+    assert stale_reads > 0 and worst_gap(rec.records, tuple(embedded.grid), stand_ins=0, above=100 * TOL_P_SHIPPED) > 100 * TOL_P_SHIPPED
 
 
 def test_multi_band_verification_reads_committed_bands_exactly_in_both_modes(tiny_pair, monkeypatch):
@@ -182,7 +195,7 @@ def test_multi_band_verification_reads_committed_bands_exactly_in_both_modes(tin
                       and all(w for w in r["write"])]
     assert len(verify_records) >= 7
     for r in verify_records:
-        assert gap(r) < TOL
+        assert gap(r) < TOL_P
 
 
 def test_pooled_mass_of_a_later_band_equals_a_cache_free_forward(tiny_pair, monkeypatch):
@@ -210,7 +223,7 @@ def test_pooled_mass_of_a_later_band_equals_a_cache_free_forward(tiny_pair, monk
             x = int(proposal[t_cell])
             b_k = [x] + nb[x, :4].tolist()
             expected = float(row[b_k].sum() / row.sum())
-            assert abs(s["pooled"][n // W][n % W] - expected) < TOL
+            assert abs(s["pooled"][n // W][n % W] - expected) < TOL * expected
             checked += 1
     assert checked > 200
 
@@ -307,12 +320,12 @@ def test_pooled_mass_and_verdicts_follow_k_as_the_definition_says(tiny_pair, tok
         (v,) = [s for s in t.steps if s["phase"] == "verify"]
         assert np.array_equal(np.array(t.proposal).reshape(-1), proposal)
         pooled, accepted = np.array(v["pooled"]).reshape(-1), np.array(v["accepted"]).reshape(-1)
-        assert np.abs(pooled - expected[k]).max() < TOL, k
+        assert (np.abs(pooled - expected[k]) / expected[k]).max() < TOL, k
         assert np.array_equal(accepted, expected[k] >= tau), k
         passed.append(int(accepted.sum()))
     assert passed[0] < passed[1] < passed[2]
     for a, b in ((0, 1), (1, 16)):
-        assert np.median(np.abs(expected[a] - expected[b])) > 10 * TOL
+        assert np.median(np.abs(expected[a] - expected[b]) / expected[b]) > 10 * TOL
 
 
 # ---- resampled cells are draws from the distribution of the context they were sampled under -------
@@ -522,14 +535,14 @@ def test_guidance_stops_after_cfg_interval_as_in_a_cache_free_forward(tiny_pair,
     engine.run(cfg, tiny_pair)
     target = [r for r in rec.records if r["dec"].grid == tuple(tiny_pair.grid)]
     assert any(c + 1 <= 6 for r in target for c in r["cells"]) and any(c + 1 > 6 for r in target for c in r["cells"])
-    assert max(gap(r) for r in target) < TOL
+    assert max(gap(r) for r in target) < TOL_P
     everywhere = dataclasses.replace(sampling, cfg_interval=-1)
     gaps = []
     for r in target:
         r["dec"].sampling = everywhere
         gaps.append(gap(r))
         r["dec"].sampling = sampling
-    assert max(gaps) > 100 * TOL
+    assert max(gaps) > 100 * TOL_P
 
 
 class _Routes:
@@ -620,3 +633,4 @@ def test_the_cache_holds_keys_exactly_where_the_decoder_says_a_token_is(tiny_pai
     assert any(not all(r["write"]) for r in rec.records) or method in ("sd", "sjd")
     for r in rec.records:
         assert np.array_equal(r["readable"], r["held"] != UNKNOWN)
+

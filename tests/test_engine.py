@@ -92,6 +92,45 @@ def test_raster_rejection_redrafts_and_reverifies_after_every_rejection(tiny_pai
     assert np.array_equal(committed, np.array(t.tokens).reshape(-1))  # what was committed never changed
 
 
+def test_raster_rejection_refreshes_the_drafter_cells_whose_blocks_are_committed_and_drafts_the_rest(tiny_pair):
+    """After each rejection inside a band, D_r refreshes the drafter cells of the band, in raster order,
+    up to the first one whose r x r block is not wholly committed (all its cells before t0 + 1); the
+    drafter then drafts exactly the band's remaining cells."""
+    t = run(tiny_pair, tau=0.0070, rejection="raster", draft_rows=2)
+    H, W = t.grid["target"]
+    h, w = t.grid["draft"]
+    r = H // h
+    cycles = 0
+    band, start, refreshed, drafted = None, None, None, None
+
+    def check():
+        lo, hi = band[0] // r * w, band[1] // r * w
+        first = lo
+        while first < hi:
+            bi, bj = divmod(first, w)
+            if max((bi * r + a) * W + bj * r + b for a in range(r) for b in range(r)) >= start:
+                break
+            first += 1
+        assert refreshed == list(range(lo, first))
+        assert sorted(drafted) == list(range(first, hi))
+    for s in t.steps:
+        level = s.get("level", 0)
+        if s["phase"] == "verify" and level == 0:
+            band = s["band"]
+        if s["phase"] == "resample" and level == 0:
+            c = s["cells"][0][0] * W + s["cells"][0][1]
+            start, refreshed, drafted = (c + 1, [], []) if c + 1 < band[1] * W else (None, None, None)
+        elif start is not None and s["phase"] == "refresh":
+            refreshed += [i * w + j for i, j in s["cells"]]
+        elif start is not None and s["phase"] == "draft":
+            drafted += [i * w + j for i, j in s["cells"]]
+        elif start is not None and s["phase"] == "upsample":
+            check()
+            cycles += 1
+            start = None
+    assert cycles >= 3
+
+
 def test_islands_are_the_8_connected_components_of_the_resample_mask(tiny_pair):
     pooled_at_zero = np.array(verify_steps(run(tiny_pair, tau=0.0))[0]["pooled"])
     t = run(tiny_pair, tau=float(np.quantile(pooled_at_zero, 0.05)), radius=0)  # a few scattered rejections
