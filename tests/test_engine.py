@@ -182,6 +182,27 @@ def test_zipar_with_window_w_gives_ar_tokens(tiny_pair):
     assert run(tiny_pair, "zipar", seed=5, window=16).tokens == run(tiny_pair, "ar", seed=5).tokens
 
 
+@pytest.mark.parametrize("method, params, per_step", [("ar", {}, [1] * 256), ("zipar", dict(window=4), None)])
+def test_ar_and_zipar_decode_every_cell_once_and_return_what_they_sampled(tiny_pair, method, params, per_step):
+    """Every step is a `decode` step of the target; ar decodes the cells one by one in raster order,
+    ZipAR in its waves (W + (H - 1) w of them); the image is exactly the tokens the steps sampled."""
+    t = engine.run(RunConfig(method=method, prompt=PROMPT, seed=3).with_params(**params), tiny_pair)
+    H, W = tiny_pair.grid
+    image = np.full(H * W, -1)
+    order = []
+    for s in t.steps:
+        assert (s["phase"], s["model"]) == ("decode", "target")
+        for (i, j), x in zip(s["cells"], s["tokens"]):
+            assert image[i * W + j] == -1
+            image[i * W + j] = x
+            order.append(i * W + j)
+    assert np.array_equal(np.array(t.tokens).reshape(-1), image)
+    if per_step:
+        assert [len(s["cells"]) for s in t.steps] == per_step and order == list(range(H * W))
+    else:
+        assert len(t.steps) == W + (H - 1) * params["window"]
+
+
 def test_the_same_seed_gives_the_same_trace(tiny_pair):
     def strip(t):
         d = json.loads(t.to_json())

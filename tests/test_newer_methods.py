@@ -169,6 +169,29 @@ def test_gsd_with_a_group_of_one_gives_sjd_tokens_and_nfe(pair8):
     assert _run(pair8, "gsd", 1, gsd_group=14, gsd_dist=1.0).tokens != _run(pair8, "sjd", 1).tokens
 
 
+def test_gsd_clusters_only_tokens_whose_embedding_lies_within_the_distance_quantile(pair8, monkeypatch):
+    """The `close` set gsd hands to rank_cluster is, for each judged guess x, the tokens whose row of the
+    target's embedding table lies within squared L2 distance thr of x's row, thr the gsd_dist quantile
+    of the squared distances between distinct rows (computed here with torch.cdist; ties at thr left
+    out, as float rounding decides them)."""
+    from core.methods import gsd
+    seen, real = [], gsd.rank_cluster
+
+    def spy(p, x, group, gap, close):
+        seen.append((x, close.clone()))
+        return real(p, x, group, gap, close)
+    monkeypatch.setattr(gsd, "rank_cluster", spy)
+    _run(pair8, "gsd", 1, gsd_group=8, gsd_dist=0.3)
+    emb = pair8.target.tok_embeddings.weight.detach().double()
+    d2 = torch.cdist(emb, emb).pow(2)
+    thr = float(torch.quantile(d2[~torch.eye(len(emb), dtype=torch.bool)].float(), 0.3))
+    assert len(seen) > 10
+    for x, close in seen:
+        clear = (d2[x] - thr).abs() > 1e-3 * thr
+        assert torch.equal(close[clear], (d2[x] <= thr)[clear])
+    assert 0.15 < float(torch.stack([c.double().mean() for _, c in seen]).mean()) < 0.45   # about gsd_dist
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_cool_with_delta_1_and_nu_0_gives_sd_tokens(pair8, temperature):
     s = SamplingConfig(temperature=temperature)

@@ -335,13 +335,14 @@ def stepped(pair, method: str, seed: int, passes: Passes, **params) -> tuple[lis
         t0 = time.perf_counter()
 
 
-def cache_free_row(pair, gpt, prefix: list[int]) -> torch.Tensor:
+def cache_free_row(pair, gpt, prefix: list[int], sampling=None) -> torch.Tensor:
     """(V,) processed distribution of cell len(prefix) under `gpt`, given the tokens before it, from a
     forward without any cache (cell 0: the prefill's prediction)."""
     from core.decoding import Decoder
     from core.sampling import processed
+    sampling = sampling or TOP2
     ids, mask = pair.caption(PROMPT, pair.grid)
-    dec = Decoder(gpt, pair.grid, ids, mask, TOP2, "cpu")
+    dec = Decoder(gpt, pair.grid, ids, mask, sampling, "cpu")
     c, N, B = len(prefix), pair.grid[0] * pair.grid[1], dec.captions.shape[0]
     if c == 0:
         dec.prefill()
@@ -350,7 +351,7 @@ def cache_free_row(pair, gpt, prefix: list[int]) -> torch.Tensor:
     tokens[:c] = torch.tensor(prefix)
     logits = gpt.forward_visible(dec.captions, dec.masks, tokens[None].expand(B, N), pair.grid,
                                  torch.arange(N) < c, drop=dec.drop)
-    return processed(logits, TOP2)[0, c - 1]
+    return processed(logits, sampling)[0, c - 1]
 
 
 @pytest.mark.parametrize("width, gamma", [(4, 2), (2, 1)])   # (2, 1): one verdict in all when the first passes
@@ -531,7 +532,7 @@ def test_a_fresh_sjd_guess_copies_the_neighbour_its_init_names_else_draws_a_unif
     assert (copied > 50) == (init != "random") and set(drawn) == set(range(V))
 
 
-@pytest.mark.parametrize("method", ["sd", "sjd"])
+@pytest.mark.parametrize("method", ["sd", "sjd", "scd", "gsd", "pjd", "lantern", "cool"])
 def test_a_run_is_a_function_of_its_seed_alone(tiny_row, method):
     """Every draw (drafts, verdicts, residuals, redrafts, fresh guesses) comes from the run's own
     generator: a run leaves torch's global generator as it found it, and disturbing that generator
@@ -542,7 +543,8 @@ def test_a_run_is_a_function_of_its_seed_alone(tiny_row, method):
         return [{k: v for k, v in s.items() if k != "wall_ms"} for s in t.steps], t.tokens
     drawn = 0
     for seed in range(6):
-        cfg = RunConfig(method=method, prompt=PROMPT, seed=seed, sampling=TOP2).with_params(gamma=2, sjd_window=3)
+        cfg = RunConfig(method=method, prompt=PROMPT, seed=seed, sampling=TOP2).with_params(
+            gamma=2, sjd_window=3, cool_delta=0.5, gsd_group=2)
         torch.manual_seed(0)
         state = torch.get_rng_state()
         a = strip(engine.run(cfg, pair))
@@ -568,3 +570,68 @@ def test_jacobi_reports_the_share_of_judged_guesses_that_passed(tiny_row):
             except StopIteration as stop:
                 result = stop.value
             assert (result.passed_fraction, result.kept_fraction) == (verdict, verdict)
+
+
+def _relaxed_prob(p: torch.Tensor, q: torch.Tensor, x: int, neighbours: torch.Tensor, k: int, delta: float) -> float:
+    """LANTERN by its definition: p(x) plus the mass of the longest prefix of x's k nearest codes whose
+    summed p stays <= delta, over q(x), capped at 1."""
+    moved, total = 0.0, 0.0
+    for y in neighbours[x, :k].tolist():
+        total += float(p[y])
+        if total > delta:
+            break
+        moved = total
+    return min(1.0, (float(p[x]) + moved) / float(q[x]))
+
+
+def _annealed_prob(p: torch.Tensor, q: torch.Tensor, x: int, i: int, gamma: int, delta: float, nu: float,
+                   norm: str) -> float:
+    """COOL-SD by its definition: w_i = delta exp(-nu i - mu), mu making the w average delta (mean) or
+    w_1 = delta (first); min(1, w_i p(x) / q(x))."""
+    import math
+    mu = -nu if norm == "first" else math.log(sum(math.exp(-nu * j) for j in range(1, gamma + 1)) / gamma)
+    return min(1.0, delta * math.exp(-nu * i - mu) * float(p[x]) / float(q[x]))
+
+
+@pytest.mark.parametrize("method, params", [
+    ("lantern", dict(lantern_k=2, delta=0.05)), ("lantern", dict(lantern_k=8, delta=0.05)),
+    ("cool", dict(cool_delta=0.8, cool_nu=0.7, cool_norm="first")),
+    ("cool", dict(cool_delta=0.8, cool_nu=0.7, cool_norm="mean"))])
+def test_relaxed_methods_report_their_acceptance_probability_from_cache_free_forwards(tiny_row, method, params):
+    """Each judged draft's `prob` equals the method's relaxed test computed from cache-free target and
+    drafter distributions (1e-4), at settings where the knobs change the answer (asserted): lantern_k = 2
+    against 8 neighbours, and the two cool norms."""
+    pair = dataclasses.replace(tiny_row[0], grid=(1, 4))
+    sampling = dataclasses.replace(RunConfig().sampling, temperature=0.3)   # no top-k, p / q not always >= 1
+    gamma = 3
+    checked = differs = 0
+    for seed in range(3):
+        t = engine.run(RunConfig(method=method, prompt=PROMPT, seed=seed, sampling=sampling)
+                       .with_params(gamma=gamma, **params), pair)
+        final = np.array(t.tokens).reshape(-1)
+        drafts: dict[int, int] = {}
+        start = 0
+        for s in t.steps:
+            cells = [j for _, j in s["cells"]]
+            if s["phase"] == "draft":
+                drafts[cells[0]] = s["tokens"][0]
+                continue
+            prefix = final[:start].tolist()
+            for n, (_, c) in enumerate(s["judged"][:len(s["accepted"])]):
+                x = drafts[c]
+                p = cache_free_row(pair, pair.target, prefix, sampling)
+                q = cache_free_row(pair, pair.small, prefix, sampling)
+                if method == "lantern":
+                    expected = _relaxed_prob(p, q, x, pair.neighbours, params["lantern_k"], params["delta"])
+                    other = _relaxed_prob(p, q, x, pair.neighbours, 10 - params["lantern_k"], params["delta"])
+                else:
+                    expected = _annealed_prob(p, q, x, n + 1, gamma, params["cool_delta"], params["cool_nu"],
+                                              params["cool_norm"])
+                    other = _annealed_prob(p, q, x, n + 1, gamma, params["cool_delta"], params["cool_nu"],
+                                           "mean" if params["cool_norm"] == "first" else "first")
+                assert abs(s["prob"][n] - expected) < 1e-4
+                checked += 1
+                differs += abs(expected - other) > 1e-3
+                prefix.append(x)
+            start = max(c for _, c in s["cells"]) + 1
+    assert checked >= 6 and differs >= 2
