@@ -275,6 +275,32 @@ def test_a_link_with_values_out_of_range_names_them_and_loads_nothing_silently(b
         pg.close()
 
 
+def test_a_link_loads_a_draft_method_and_refuses_a_bad_one_by_name(browser, app_url, app_log):
+    """Through the page as a user opens it: a link's drafter, resampling and redraft knobs load; a
+    drafter spec the engine refuses is named in a warning and leaves the drafter at ar."""
+    from playwright.sync_api import expect
+    base = app_url.rstrip("/")
+    pg = open_page(browser, f"{base}/?draft_method=zipar%2Fwindow%3D2&redraft=coupled&resample=jacobi")
+    try:
+        pg.get_by_text("More MuLo-SD knobs").click()
+        expect(pg.locator("#draft_method textarea, #draft_method input").first).to_have_value("zipar/window=2")
+        expect(pg.get_by_role("radio", name="jacobi")).to_be_checked()
+        expect(pg.get_by_role("radio", name="coupled")).to_be_checked()
+    finally:
+        pg.close()
+    before = len(app_log)
+    for bad in ("zipar/scale=2", "bogus"):
+        pg = open_page(browser, f"{base}/?draft_method={bad.replace('/', '%2F').replace('=', '%3D')}")
+        try:
+            expect(pg.locator(".toast-body")).to_contain_text(f"ignored draft_method={bad} from the link: draft_method")
+            pg.get_by_text("More MuLo-SD knobs").click()
+            expect(pg.locator("#draft_method textarea, #draft_method input").first).to_have_value("ar")
+        finally:
+            pg.close()
+    refused = [line for line in app_log[before:] if line.startswith("link refused")]
+    assert len(refused) == 2 and all(": draft_method " in line for line in refused), refused
+
+
 OVERLAPS_JS = """() => {
   // an element is shown when no ancestor hides it; a box is shown when no clipping ancestor
   // (overflow other than visible) leaves its centre outside (hidden measuring copies, scrolled-out cells)

@@ -396,23 +396,6 @@ def test_draft_method_and_redraft_are_knobs_of_the_page_the_link_and_the_presets
     assert dict(zip(h.KNOBS, h.preset("Raster rejection")))["draft_method"] == "ar"
 
 
-class _Request:
-    def __init__(self, **query):
-        self.query_params = query
-
-
-def test_a_link_loads_a_draft_method_and_refuses_a_bad_one_by_name(caplog):
-    out = dict(zip(h.KNOBS, h.from_query(_Request(draft_method="zipar/window=2", redraft="coupled",
-                                                  resample="jacobi"))))
-    assert out["draft_method"] == "zipar/window=2" and out["redraft"] == "coupled" and out["resample"] == "jacobi"
-    with caplog.at_level("WARNING", logger="mulo.app"):
-        for bad in ("zipar/scale=2", "mulo/scale=4", "bogus"):
-            out = dict(zip(h.KNOBS, h.from_query(_Request(draft_method=bad))))
-            assert isinstance(out["draft_method"], type(gr.skip())), bad
-    refused = [r.getMessage() for r in caplog.records if "link refused" in r.getMessage()]
-    assert len(refused) == 3 and all("ignored draft_method=" in m and ": draft_method " in m for m in refused), refused
-
-
 @pytest.mark.parametrize("spec", ["zipar/scale=2", "mulo/scale=4", "nope", "zipar/window"])
 def test_a_bad_draft_method_is_a_gr_error_naming_it(spec):
     with pytest.raises(gr.Error, match="draft_method"):
