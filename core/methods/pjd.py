@@ -42,7 +42,7 @@ def windows(front: list[int], W: int, c: int, L: int) -> list[tuple[int, list[in
         above = W if r == 0 else front[r - 1]
         if above < min(c, W):
             break                                   # this row and those below are not active yet
-        n = min(L, (W if above == W else above) - f)
+        n = min(L, above - f)
         if n > 0:                                   # a row level with the row above waits
             out.append((r, list(range(r * W + f, r * W + f + n))))
     return out
