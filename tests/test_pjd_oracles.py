@@ -238,3 +238,69 @@ def test_each_pjd_pass_judges_the_scheduled_windows_with_the_row_causal_p_and_co
         assert seen["rows3"]
     if init != "random":
         assert seen["fresh_copy_of_residual"]
+
+
+def test_a_pjd_run_draws_only_from_its_own_generator():
+    """Every draw of a run (verdicts, residuals, redrafts, fresh guesses) comes from ctx.gen: a run
+    leaves torch's global generator as it found it, and disturbing that generator between two runs of
+    one seed changes neither the steps nor the image."""
+    grid, drawn = (3, 3), 0
+    for seed in range(4):
+        toy = ToyAR(V, 9, seed=seed)                  # (its embedding table is drawn from the global generator)
+
+        def once():
+            steps, result = _drain(pjd.run(_toy_ctx(toy, grid, seed, sjd_window=3, pjd_c=1)))
+            return [{k: v for k, v in s.to_dict().items() if k != "wall_ms"} for s in steps], result.tokens.tolist()
+        torch.manual_seed(0)
+        state = torch.get_rng_state()
+        a = once()
+        assert torch.equal(torch.get_rng_state(), state)
+        torch.manual_seed(1)
+        assert once() == a
+        drawn += sum(s["resampled"] is not None for s in a[0])
+    assert drawn >= 4                                 # residual draws (and the redrafts after them) happened
+
+
+@pytest.fixture(scope="module")
+def gpt34(tiny_pair):
+    return dataclasses.replace(tiny_pair, grid=(3, 4))
+
+
+def _decoder(pair):
+    ids, mask = pair.caption("a large red circle center on a striped blue background", pair.grid)
+    dec = Decoder(pair.target, pair.grid, ids, mask, SamplingConfig(), "cpu", context=pjd.CONTEXT)
+    dec.prefill()
+    return dec
+
+
+def _cache_free(dec, tokens: np.ndarray, visible: np.ndarray) -> torch.Tensor:
+    """(N, V) log of the processed distributions of a cache-free forward: [t] predicts t + 1."""
+    B = dec.captions.shape[0]
+    logits = dec.gpt.forward_visible(dec.captions, dec.masks, torch.from_numpy(tokens)[None].expand(B, -1),
+                                     dec.grid, torch.from_numpy(visible), drop=dec.drop)
+    return processed(logits, dec.sampling)[0].log()
+
+
+def test_a_rows_first_cell_reads_the_placeholder_given_for_the_row_above_pending_last_cell(gpt34):
+    """row_causal_predict's contract: a row's first cell, whose predecessor (the row above's last
+    cell) is not committed, is fed that cell's placeholder when one is given (mulo passes its
+    guesses), else decoding.stand_in's nearest committed token to its left. Oracle: a cache-free
+    forward over the committed tokens with the stand-in as that query's own token."""
+    W = 4
+    final = np.full(12, UNKNOWN, dtype=np.int64)
+    final[[0, 1]] = [11, 22]                          # row 0 holds two committed tokens; 2 and 3 pending
+    guesses = np.full(12, UNKNOWN, dtype=np.int64)
+    guesses[[2, 3, 4]] = [33, 44, 55]
+    rows = [(0, [2, 3]), (1, [4, 5])]
+    for placeholder, stand in ((guesses, 44), (None, 22)):
+        dec = _decoder(gpt34)
+        out = pjd.row_causal_predict(dec, rows, final, guesses, placeholder)[2].log()   # cell 4, read at 3
+        tokens = np.where(final != UNKNOWN, final, 0)
+        tokens[3] = stand
+        ref = _cache_free(dec, tokens, final != UNKNOWN)[3]
+        assert float((out - ref).abs().max()) < 1e-4
+        other = tokens.copy()
+        other[3] = 22 + 44 - stand                    # the other candidate is far off: the check can tell
+        assert float((out - _cache_free(dec, other, final != UNKNOWN)[3]).abs().max()) > 1e-2
+    assert W == gpt34.grid[1]
+
