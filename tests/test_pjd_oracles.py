@@ -261,6 +261,25 @@ def test_a_pjd_run_draws_only_from_its_own_generator():
     assert drawn >= 4                                 # residual draws (and the redrafts after them) happened
 
 
+def test_a_guess_the_target_gives_probability_zero_is_never_accepted_even_by_a_uniform_draw_of_zero(monkeypatch):
+    """min(1, p/q) is the acceptance probability: a guess with p(x) = 0 must be rejected for every
+    u in [0, 1), u = 0 included (the test is u < a; u <= a would accept it once in 2^24 draws). With
+    every draw pinned to 0 and one active row (pjd_c = W, exact), each image must have positive
+    probability under the toy's exact top-2 joint."""
+    s = SamplingConfig(cfg=1.0, top_k=2)
+    monkeypatch.setattr(torch, "rand", lambda *a, **kw: torch.zeros(1))
+    grid, zero_p = (2, 3), 0
+    for seed in range(6):
+        toy = ToyAR(V, 6, seed=seed)
+        steps, result = _drain(pjd.run(_toy_ctx(toy, grid, seed, s, sjd_window=3, pjd_c=3)))
+        zero_p += sum(p == 0.0 for st in steps for p in st.extra["prob"])
+        x = result.tokens.reshape(-1).tolist()
+        for cell in range(6):
+            p = _toy_p(toy, cell, x[cell - 2] if cell >= 2 else MISSING, x[cell - 1] if cell else MISSING, s)
+            assert p[x[cell]] > 0
+    assert zero_p                                     # some guesses had p = 0 (fresh uniform guesses)
+
+
 @pytest.fixture(scope="module")
 def gpt34(tiny_pair):
     return dataclasses.replace(tiny_pair, grid=(3, 4))
@@ -303,4 +322,3 @@ def test_a_rows_first_cell_reads_the_placeholder_given_for_the_row_above_pending
         other[3] = 22 + 44 - stand                    # the other candidate is far off: the check can tell
         assert float((out - _cache_free(dec, other, final != UNKNOWN)[3]).abs().max()) > 1e-2
     assert W == gpt34.grid[1]
-

@@ -122,7 +122,7 @@ def run(ctx: MethodContext):
                     a = float(exact_accept_prob(p[n + i, x], q[i, x]))
                     judged.append(cell)
                     probs.append(round(a, 6))
-                    ok = torch.rand(1, generator=ctx.gen).item() <= a
+                    ok = torch.rand(1, generator=ctx.gen).item() < a   # u in [0, 1): p(x) = 0 never passes
                     accepted.append(ok)
                     if ok:
                         committed.append(cell)
