@@ -322,3 +322,21 @@ def test_a_rows_first_cell_reads_the_placeholder_given_for_the_row_above_pending
         other[3] = 22 + 44 - stand                    # the other candidate is far off: the check can tell
         assert float((out - _cache_free(dec, other, final != UNKNOWN)[3]).abs().max()) > 1e-2
     assert W == gpt34.grid[1]
+
+
+def test_a_committed_slot_rewritten_in_a_row_causal_forward_reads_no_rows_guesses(gpt34):
+    """No query reads another row's guesses, not even through the K/V of a committed slot that the
+    Decoder rewrites in the same forward. Row 0 has a hole (mulo's islands leave such rows: 0 and 3
+    committed, 1 and 2 guessed) and slot 3 was never written, so the forward rewrites it; row 1's
+    query then reads slot 3. Oracle: a cache-free forward over the committed tokens (0, 3 and 4); the
+    tolerance is relative to each probability (log p), as the tiny target is near uniform."""
+    final = np.full(12, UNKNOWN, dtype=np.int64)
+    final[[0, 3, 4]] = [11, 22, 33]
+    guesses = np.full(12, UNKNOWN, dtype=np.int64)
+    guesses[[1, 2, 5]] = [44, 55, 66]
+    dec = _decoder(gpt34)
+    out = pjd.row_causal_predict(dec, [(0, [1, 2]), (1, [5])], final, guesses)          # 5 is read at 4
+    committed = final != UNKNOWN
+    ref = _cache_free(dec, np.where(committed, final, 0), committed)
+    # float noise here is ~5e-7; slot 3 computed with row 0's guess at 1 in view moves it by ~2e-4
+    assert float((out[2].log() - ref[4]).abs().max()) < 2e-5

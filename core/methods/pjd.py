@@ -80,7 +80,9 @@ def row_causal_predict(dec: Decoder, rows: list[tuple[int, list[int]]], final: n
         cells = sorted(inputs)
         committed = torch.from_numpy(final != UNKNOWN)
         cell_row = torch.arange(H * W) // W
-        own = torch.tensor([owner.get(c, c // W) for c in cells])
+        # a committed slot the Decoder rewrites here has no owner: it reads committed slots only, since
+        # every row reads its K/V (a row with a hole, as mulo's islands leave, has guesses before it)
+        own = torch.tensor([owner.get(c, -1) for c in cells])
         visible = committed[None, :] | (cell_row[None, :] == own[:, None])              # (T, N)
         out = dec.feed(cells, [inputs[c][0] for c in cells], [inputs[c][1] for c in cells], visible)
         rows_out = {c: out[n] for n, c in enumerate(cells)}
