@@ -42,7 +42,7 @@ def windows(front: list[int], W: int, c: int, L: int) -> list[tuple[int, list[in
         above = W if r == 0 else front[r - 1]
         if above < min(c, W):
             break                                   # this row and those below are not active yet
-        n = min(L, (W if above == W else above) - f)
+        n = min(L, above - f)
         if n > 0:                                   # a row level with the row above waits
             out.append((r, list(range(r * W + f, r * W + f + n))))
     return out
@@ -80,7 +80,9 @@ def row_causal_predict(dec: Decoder, rows: list[tuple[int, list[int]]], final: n
         cells = sorted(inputs)
         committed = torch.from_numpy(final != UNKNOWN)
         cell_row = torch.arange(H * W) // W
-        own = torch.tensor([owner.get(c, c // W) for c in cells])
+        # a committed slot the Decoder rewrites here has no owner: it reads committed slots only, since
+        # every row reads its K/V (a row with a hole, as mulo's islands leave, has guesses before it)
+        own = torch.tensor([owner.get(c, -1) for c in cells])
         visible = committed[None, :] | (cell_row[None, :] == own[:, None])              # (T, N)
         out = dec.feed(cells, [inputs[c][0] for c in cells], [inputs[c][1] for c in cells], visible)
         rows_out = {c: out[n] for n, c in enumerate(cells)}
@@ -122,7 +124,7 @@ def run(ctx: MethodContext):
                     a = float(exact_accept_prob(p[n + i, x], q[i, x]))
                     judged.append(cell)
                     probs.append(round(a, 6))
-                    ok = torch.rand(1, generator=ctx.gen).item() <= a
+                    ok = torch.rand(1, generator=ctx.gen).item() < a   # u in [0, 1): p(x) = 0 never passes
                     accepted.append(ok)
                     if ok:
                         committed.append(cell)
