@@ -98,10 +98,16 @@ def grouped_accept_prob(p: torch.Tensor, q: torch.Tensor, cluster: torch.Tensor)
     return torch.clamp(p[cluster].sum() / q[cluster].sum().clamp_min(1e-20), max=1.0)
 
 
+def accepts(a: float, gen: torch.Generator) -> bool:
+    """One verdict drawn with probability exactly a: u ~ U[0, 1) from gen, accepted iff u < a. (u <= a
+    would accept a draft of probability 0 whenever u comes out exactly 0: once in 2^24 draws.)"""
+    return torch.rand(1, generator=gen).item() < a
+
+
 def maximal_coupling(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """New draft per row from p coupled with the old draft x ~ q: keep x with probability
     min(1, p(x)/q(x)), else sample normalize(max(0, p - q)). p, q (T, V), x (T,) -> (T,) ids."""
     rows = torch.arange(len(x))
-    keep = torch.rand(len(x), generator=gen) <= exact_accept_prob(p[rows, x], q[rows, x])
+    keep = torch.rand(len(x), generator=gen) < exact_accept_prob(p[rows, x], q[rows, x])   # as accepts
     fresh = torch.multinomial(residual(p, q), 1, generator=gen).squeeze(1)
     return torch.where(keep, x, fresh)

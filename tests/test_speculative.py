@@ -635,3 +635,36 @@ def test_relaxed_methods_report_their_acceptance_probability_from_cache_free_for
                 prefix.append(x)
             start = max(c for _, c in s["cells"]) + 1
     assert checked >= 6 and differs >= 2
+
+
+def test_a_verdict_passes_with_probability_exactly_a_at_both_ends():
+    """acceptance.accepts draws u ~ U[0, 1) and passes iff u < a: never at a = 0 (u = 0 included),
+    always at a = 1; maximal_coupling keeps an old draft by the same rule."""
+    from core.acceptance import accepts, maximal_coupling
+    zero = torch.Generator().manual_seed(0)
+    import unittest.mock as mock
+    with mock.patch.object(torch, "rand", lambda *a, **kw: torch.zeros(*a)):
+        assert not accepts(0.0, zero) and accepts(1.0, zero) and accepts(1e-9, zero)
+        p, q = torch.tensor([[0.0, 1.0]]), torch.tensor([[1.0, 0.0]])
+        assert maximal_coupling(p, q, torch.tensor([0]), zero).tolist() == [1]   # p(0) = 0: never kept
+    g = torch.Generator().manual_seed(1)
+    assert abs(sum(accepts(0.3, g) for _ in range(4000)) / 4000 - 0.3) < 0.03
+
+
+@pytest.mark.parametrize("method", ["sd", "sjd", "scd", "lantern", "cool", "pjd"])
+def test_no_method_accepts_a_draft_its_target_gives_probability_zero_even_when_u_is_zero(tiny_row, method,
+                                                                                        monkeypatch):
+    """Every uniform draw pinned to 0 (the edge of [0, 1)): under top-k = 2 drafts outside the target's
+    two tokens have p = 0 and must be rejected; the trace's prob of every accepted draft is > 0."""
+    pair = dataclasses.replace(tiny_row[0], grid=(1, 4))
+    monkeypatch.setattr(torch, "rand", lambda *a, **kw: torch.zeros(*a))
+    zero = accepted = 0
+    for seed in range(8):
+        t = engine.run(RunConfig(method=method, prompt=PROMPT, seed=seed, sampling=TOP2).with_params(
+            gamma=2, sjd_window=3, delta=0.0), pair)
+        for s in t.steps:
+            for prob, ok in zip(s.get("prob", []), s.get("accepted", [])):
+                zero += prob == 0.0
+                accepted += ok
+                assert not (ok and prob == 0.0)
+    assert zero > 0 and accepted > 0

@@ -31,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..acceptance import exact_accept_prob, pooled_mass, residual, threshold_accept
+from ..acceptance import accepts, exact_accept_prob, pooled_mass, residual, threshold_accept
 from ..config import SCHEDULED_DRAFTS, draft_spec
 from ..decoding import UNKNOWN, Decoder, MethodContext, cells_of, decode_step, predict, timed
 from ..islands import expand, label_islands
@@ -82,7 +82,7 @@ def jacobi_resample(ctx: MethodContext, target: Decoder, labels: np.ndarray, fin
                 k = 0
                 for i, c in enumerate(cells):
                     x = int(guesses[c])
-                    ok = torch.rand(1, generator=ctx.gen).item() <= float(exact_accept_prob(probs[at + i, x], q[i, x]))
+                    ok = accepts(float(exact_accept_prob(probs[at + i, x], q[i, x])), ctx.gen)
                     judged.append(c)
                     accepted.append(ok)
                     if not ok and not top:    # a lower row's context lacks pending cells above: no residual

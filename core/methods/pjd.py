@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..acceptance import exact_accept_prob, residual
+from ..acceptance import accepts, exact_accept_prob, residual
 from ..decoding import UNKNOWN, Decoder, MethodContext, cells_of, stand_in, timed
 from ..sampling import sample
 from ..trace import Step
@@ -124,7 +124,7 @@ def run(ctx: MethodContext):
                     a = float(exact_accept_prob(p[n + i, x], q[i, x]))
                     judged.append(cell)
                     probs.append(round(a, 6))
-                    ok = torch.rand(1, generator=ctx.gen).item() < a   # u in [0, 1): p(x) = 0 never passes
+                    ok = accepts(a, ctx.gen)                 # u < a: p(x) = 0 never passes
                     accepted.append(ok)
                     if ok:
                         committed.append(cell)

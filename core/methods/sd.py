@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..acceptance import exact_accept_prob, residual
+from ..acceptance import accepts, exact_accept_prob, residual
 from ..decoding import UNKNOWN, MethodContext, cells_of, decode_step, predict, timed
 from ..sampling import sample
 from ..trace import Step
@@ -65,8 +65,7 @@ def speculate(ctx: MethodContext, rule: Rule):
             prob, resid = rule(p[:g], q, drafts)
             accepted, out = [], []
             for i in range(g):
-                u = torch.rand(1, generator=ctx.gen).item()
-                if u <= prob[i].item():
+                if accepts(prob[i].item(), ctx.gen):
                     accepted.append(True)
                     out.append(int(drafts[i]))
                     continue

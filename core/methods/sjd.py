@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..acceptance import exact_accept_prob, residual
+from ..acceptance import accepts, exact_accept_prob, residual
 from ..decoding import UNKNOWN, MethodContext, cells_of, predict, timed
 from ..sampling import sample
 from ..trace import Step
@@ -82,7 +82,7 @@ def jacobi(ctx: MethodContext, accept: Accept, redraft: Redraft):
                 x = int(guesses[c])
                 a = accept(p[n], q_rows[n], x)
                 probs.append(round(a, 6))
-                if torch.rand(1, generator=ctx.gen).item() <= a:
+                if accepts(a, ctx.gen):
                     accepted.append(True)
                     out.append(x)
                     continue
