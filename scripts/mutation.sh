@@ -71,7 +71,9 @@ declare -A TESTS=(
     tests/test_drafting.py::test_a_cascade_three_grids_deep_keeps_every_levels_grids
     tests/test_drafting.py::test_the_passed_share_is_the_accepted_verdicts_over_every_judged_cell_of_every_band
     tests/test_drafting.py::test_the_kept_share_and_island_count_are_what_the_verify_steps_report
-    tests/test_drafting.py::test_a_pending_cell_a_resampling_forward_reads_stands_in_as_its_proposal"
+    tests/test_drafting.py::test_a_pending_cell_a_resampling_forward_reads_stands_in_as_its_proposal
+    tests/test_drafting.py::test_a_pending_cell_of_the_row_above_stands_in_as_its_current_jacobi_guess
+    tests/test_engine.py::test_raster_rejection_refreshes_the_drafter_cells_whose_blocks_are_committed_and_drafts_the_rest"
   [core/methods/sd.py]="tests/test_speculative.py"
   [core/methods/sjd.py]="tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
     tests/test_speculative.py::test_sjd_samples_the_exact_joint[random]
@@ -79,17 +81,18 @@ declare -A TESTS=(
     tests/test_speculative.py::test_a_fresh_sjd_guess_copies_the_neighbour_its_init_names_else_draws_a_uniform_token
     tests/test_speculative.py::test_a_run_is_a_function_of_its_seed_alone
     tests/test_speculative.py::test_jacobi_reports_the_share_of_judged_guesses_that_passed
+    tests/test_speculative.py::test_no_method_accepts_a_draft_its_target_gives_probability_zero_even_when_u_is_zero
     tests/test_newer_methods.py::test_scd_samples_the_exact_joint_of_a_toy_model"
-  [core/methods/pjd.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/pjd.py]="tests/test_pjd_oracles.py tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
   [core/methods/gsd.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
-  [core/methods/scd.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
-  [core/methods/cool.py]="tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/scd.py]="tests/test_speculative.py::test_a_run_is_a_function_of_its_seed_alone tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
+  [core/methods/cool.py]="tests/test_speculative.py::test_relaxed_methods_report_their_acceptance_probability_from_cache_free_forwards tests/test_newer_methods.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
   [core/methods/lantern.py]="tests/test_speculative.py tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made"
-  [core/methods/zipar.py]="tests/test_engine.py::test_zipar_with_window_w_gives_ar_tokens tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made
+  [core/methods/zipar.py]="tests/test_engine.py::test_ar_and_zipar_decode_every_cell_once_and_return_what_they_sampled tests/test_engine.py::test_zipar_with_window_w_gives_ar_tokens tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made
     tests/test_schedules.py"
   [core/methods/ar.py]="tests/test_engine.py tests/test_context.py::test_raster_and_zipar_orders_feed_every_cell_once_and_rewrite_nothing"
-  [app/render.py]="tests/test_app_views.py tests/test_app_render.py"
-  [app/plots.py]="tests/test_app_views.py tests/test_app_render.py"
+  [app/render.py]="tests/test_app_render_oracles.py tests/test_app_views.py tests/test_app_render.py"
+  [app/plots.py]="tests/test_app_plots.py tests/test_app_views.py tests/test_app_render.py"
 )
 # the slowest tests of those files stay out of the mutation runs: each would run per mutant (the raster
 # fixture case of draft_method=ar alone takes 12 s; raster rejection keeps its own 0.2 s test)
