@@ -91,9 +91,11 @@ declare -A TESTS=(
   [core/methods/zipar.py]="tests/test_engine.py::test_ar_and_zipar_decode_every_cell_once_and_return_what_they_sampled tests/test_engine.py::test_zipar_with_window_w_gives_ar_tokens tests/test_engine.py::test_trace_nfe_totals_equal_the_forward_passes_made
     tests/test_schedules.py"
   [core/methods/ar.py]="tests/test_engine.py tests/test_context.py::test_raster_and_zipar_orders_feed_every_cell_once_and_rewrite_nothing"
-  [app/render.py]="tests/test_app_render_oracles.py tests/test_app_views.py tests/test_app_render.py"
-  [app/plots.py]="tests/test_app_plots.py tests/test_app_views.py tests/test_app_render.py"
+  [app/render.py]="tests/test_app_render_oracles.py tests/test_app_views.py"
+  [app/plots.py]="tests/test_app_plots.py tests/test_app_views.py"
 )
+# (app/*: the oracle files and the views; test_app_render.py drives the handlers end to end at ~13 s a
+# mutant, too slow to run per mutant, and checks wiring more than values)
 # the slowest tests of those files stay out of the mutation runs: each would run per mutant (the raster
 # fixture case of draft_method=ar alone takes 12 s; raster rejection keeps its own 0.2 s test)
 DESELECT="not shipped and not old_refresh and not scd_drafts_settle and not verify_keeps and not sd_samples_the_target and not always_accept_rule and not (draft_method_ar and 0.02)"
