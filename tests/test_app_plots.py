@@ -300,3 +300,267 @@ def test_the_test_colour_scale_is_red_below_one_half_and_green_above():
         assert reddish(c) == (p <= 0.5), (p, c)
     assert max(p for p, c in sc if reddish(c)) == pytest.approx(0.5, abs=1e-3)
     assert min(p for p, c in sc if not reddish(c)) == pytest.approx(0.5, abs=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------- timeline
+
+def runs_of_phase(steps):
+    """(phase, start_ms, length_ms, steps, nfe) per run of consecutive steps of one phase, the clock
+    summing the wall_ms of every step before."""
+    out, clock = [], 0.0
+    for s in steps:
+        if out and out[-1][0] == s["phase"]:
+            out[-1][2] += s["wall_ms"]
+            out[-1][3] += 1
+            out[-1][4] += s["nfe"]
+        else:
+            out.append([s["phase"], clock, s["wall_ms"], 1, s["nfe"]])
+        clock += s["wall_ms"]
+    return [tuple(r) for r in out]
+
+
+def bars_of(fig):
+    """{(lane, phase, start, length, steps, nfe)} of a timeline, each bar checked to be drawn in its phase's colour."""
+    out = []
+    for d in fig.data:
+        assert d.type == "bar" and d.orientation == "h" and d.marker.color == theme.PHASES[d.name]
+        assert f"{d.name}: %{{customdata[0]}} step(s), %{{customdata[1]}} NFE" in d.hovertemplate
+        assert len(d.x) == len(d.base) == len(d.y) == len(d.customdata)
+        for lane, start, length, (n, nfe) in zip(d.y, d.base, d.x, d.customdata):
+            out.append((lane, d.name, float(start), float(length), int(n), int(nfe)))
+    return out
+
+
+def expected_bars(lane, segments):
+    return [(lane, ph, start, length, n, nfe) for ph, start, length, n, nfe in segments if ph != "gap"]
+
+
+def same_bars(got, want):
+    key = lambda b: (b[0], b[1], round(b[2], 6))  # noqa: E731
+    got, want = sorted(got, key=key), sorted(want, key=key)
+    assert [(b[0], b[1], b[4], b[5]) for b in got] == [(b[0], b[1], b[4], b[5]) for b in want]
+    for g, w in zip(got, want):
+        assert g[2] == pytest.approx(w[2], rel=1e-9, abs=1e-9) and g[3] == pytest.approx(w[3], rel=1e-9, abs=1e-9)
+
+
+def test_phase_colours_differ_from_each_other():
+    assert set(theme.PHASES) == set(PHASES)
+    assert len(set(theme.PHASES.values())) == len(PHASES)
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny_pair):
+    return engine.run(RunConfig(method="ar", prompt=PROMPT, seed=2), tiny_pair)
+
+
+def test_timeline_draws_each_run_of_one_phase_at_its_wall_clock_time_on_its_lane(mulo_trace, baseline):
+    fig = plots.timeline(mulo_trace, baseline)
+    want = expected_bars("mulo", runs_of_phase(mulo_trace.steps)) + expected_bars("ar baseline", runs_of_phase(baseline.steps))
+    same_bars(bars_of(fig), want)
+    assert len({d.name for d in fig.data}) == len(fig.data)            # one Plotly trace per phase
+    assert fig.layout.barmode == "overlay"
+    assert list(fig.layout.yaxis.categoryarray) == ["mulo", "ar baseline"] and fig.layout.yaxis.autorange == "reversed"
+    # the run's lane covers its whole wall clock
+    lane = sorted((b for b in bars_of(fig) if b[0] == "mulo"), key=lambda b: b[2])
+    assert lane[0][2] == 0.0 and sum(b[3] for b in lane) == pytest.approx(sum(s["wall_ms"] for s in mulo_trace.steps))
+    for a, b in zip(lane, lane[1:]):
+        assert a[2] + a[3] == pytest.approx(b[2]) and a[1] != b[1]
+    assert "cascade" not in fig.layout.title.text
+
+
+def test_timeline_without_a_baseline_has_one_lane(mulo_trace):
+    fig = plots.timeline(mulo_trace)
+    same_bars(bars_of(fig), expected_bars("mulo", runs_of_phase(mulo_trace.steps)))
+    assert list(fig.layout.yaxis.categoryarray) == ["mulo"]
+
+
+def test_past_most_bars_a_lane_is_drawn_in_slices_keeping_its_steps_nfe_and_time(mulo_trace, baseline):
+    most = 5
+    assert len(runs_of_phase(mulo_trace.steps)) > most >= len(runs_of_phase(baseline.steps))
+    fig = plots.timeline(mulo_trace, baseline, most=most)
+    got = bars_of(fig)
+    same_bars([b for b in got if b[0] == "ar baseline"], expected_bars("ar baseline", runs_of_phase(baseline.steps)))
+    same_bars([b for b in got if b[0] == "mulo"], expected_bars("mulo", sliced(mulo_trace.steps, most)))
+    lane = [b for b in got if b[0] == "mulo"]
+    assert len(lane) <= most
+    assert sum(b[3] for b in lane) == pytest.approx(sum(s["wall_ms"] for s in mulo_trace.steps))
+    assert sum(b[4] for b in lane) == len(mulo_trace.steps) and sum(b[5] for b in lane) == sum(s["nfe"] for s in mulo_trace.steps)
+
+
+def sliced(steps, most):
+    """The documented rule by brute force: `most` equal slices of the wall clock, each in the phase that
+    spent most time inside it, each step counted in the slice of its middle, runs of one phase merged."""
+    total = sum(s["wall_ms"] for s in steps)
+    width = total / most
+    spans, clock = [], 0.0
+    for s in steps:
+        spans.append((clock, clock + s["wall_ms"], s))
+        clock += s["wall_ms"]
+    order = list(PHASES) + ["gap"]
+    out = []
+    for k in range(most):
+        a, b = k * width, (k + 1) * width
+        spent = {p: 0.0 for p in order}
+        n = nfe = 0
+        for s0, s1, s in spans:
+            spent[s["phase"]] += max(0.0, min(b, s1) - max(a, s0))
+            mid = (s0 + s1) / 2
+            if a <= mid < b or (k == most - 1 and mid >= b):
+                n, nfe = n + 1, nfe + s["nfe"]
+        phase = max(order, key=lambda p: (spent[p], -order.index(p)))
+        if out and out[-1][0] == phase:
+            out[-1][2] += b - a
+            out[-1][3] += n
+            out[-1][4] += nfe
+        else:
+            out.append([phase, a, b - a, n, nfe])
+    return [tuple(r) for r in out]
+
+
+def step(phase, ms, nfe=1):
+    return dict(phase=phase, model="target", nfe=nfe, wall_ms=ms, cells=[])
+
+
+def test_segments_merge_consecutive_steps_of_one_phase():
+    steps = [step("draft", 1.5, 1), step("draft", 2.0, 2), step("verify", 4.0, 3), step("draft", 0.5, 4),
+             step("resample", 1.0, 5), step("resample", 3.0, 6), step("resample", 0.25, 7)]
+    assert plots._segments(steps) == [("draft", 0.0, 3.5, 2, 3), ("verify", 3.5, 4.0, 1, 3), ("draft", 7.5, 0.5, 1, 4),
+                                      ("resample", 8.0, 4.25, 3, 18)]
+    assert plots._segments([]) == []
+
+
+@pytest.mark.parametrize("most", [1, 3, 4, 7, 40])
+def test_slices_follow_the_phase_that_took_most_of_each_slice(most):
+    rng = np.random.default_rng(most)
+    phases = list(PHASES) + ["gap"]
+    steps = [step(phases[int(p)], float(ms), int(n)) for p, ms, n in
+             zip(rng.integers(0, len(phases), 60), rng.exponential(3.0, 60) + 0.01, rng.integers(0, 5, 60))]
+    got = plots._slices(steps, most)
+    want = sliced(steps, most)
+    assert [(g[0], g[3], g[4]) for g in got] == [(w[0], w[3], w[4]) for w in want]
+    for g, w in zip(got, want):
+        assert g[1] == pytest.approx(w[1], abs=1e-9) and g[2] == pytest.approx(w[2], abs=1e-9)
+    assert sum(g[2] for g in got) == pytest.approx(sum(s["wall_ms"] for s in steps))
+    assert sum(g[3] for g in got) == len(steps) and sum(g[4] for g in got) == sum(s["nfe"] for s in steps)
+    assert all(a[0] != b[0] for a, b in zip(got, got[1:])) and len(got) <= most
+
+
+def test_slices_of_a_run_that_took_no_time_are_its_first_segments():
+    steps = [step("draft", 0.0), step("verify", 0.0), step("verify", 0.0, 2), step("resample", 0.0), step("draft", 0.0)]
+    assert plots._slices(steps, 2) == [("draft", 0.0, 0.0, 1, 1), ("verify", 0.0, 0.0, 2, 3)]
+    assert plots._slices([], 3) == []
+
+
+def test_a_slice_goes_to_the_phase_with_most_time_not_most_steps():
+    """Two slices of 10 ms: the first holds nine 0.1 ms draft steps and 9.1 ms of one verify step."""
+    steps = [step("draft", 0.1)] * 9 + [step("verify", 9.1, 5), step("resample", 10.0, 2)]
+    assert plots._slices(steps, 2) == [("verify", 0.0, 10.0, 10, 14), ("resample", 10.0, 10.0, 1, 2)]
+
+
+@pytest.fixture(scope="module")
+def cascade(tiny_pair):
+    t = mulo(tiny_pair, tau=0.007, draft_method="mulo/scale=2/tau=0.01")
+    assert t.grid["levels"] == [[16, 16], [8, 8], [4, 4]] and t.levels
+    return t
+
+
+def test_a_cascade_has_a_lane_per_level_on_the_run_s_clock(cascade):
+    lanes = plots._level_lanes(cascade)
+    names = [f"mulo level {n} ({h}x{w})" for n, (h, w) in enumerate(cascade.grid["levels"])]
+    assert [name for name, _ in lanes] == names
+    for n, (_, steps) in enumerate(lanes):
+        assert len(steps) == len(cascade.steps)
+        for mine, s in zip(steps, cascade.steps):
+            if s.get("level", 0) == n:
+                assert mine is s
+            else:
+                assert mine["phase"] == "gap" and mine["wall_ms"] == s["wall_ms"] and mine["nfe"] == 0
+    fig = plots.timeline(cascade)
+    want = [b for n, name in enumerate(names) for b in expected_bars(name, runs_of_phase(lanes[n][1]))]
+    same_bars(bars_of(fig), want)
+    assert {b[0] for b in bars_of(fig)} == set(names)
+    assert list(fig.layout.yaxis.categoryarray) == names
+    assert "cascade" in fig.layout.title.text
+    # every step's time is drawn once, on its own level's lane
+    assert sum(b[3] for b in bars_of(fig)) == pytest.approx(sum(s["wall_ms"] for s in cascade.steps))
+
+
+def test_a_drafter_with_a_method_of_its_own_has_two_lanes_and_no_cascade(tiny_pair):
+    t = mulo(tiny_pair, tau=0.007, draft_method="pjd/pjd_c=1")
+    fig = plots.timeline(t)
+    assert list(fig.layout.yaxis.categoryarray) == ["mulo level 0 (16x16)", "mulo level 1 (8x8)"]
+    assert "cascade" not in fig.layout.title.text
+    assert {b[0] for b in bars_of(fig)} == {"mulo level 0 (16x16)", "mulo level 1 (8x8)"}
+
+
+# ------------------------------------------------------------------------------ comparison bars, sweep
+
+ROWS = [dict(method="ar", target_nfe=256.0, drafter_nfe=0.0, wall_ms=900.0, kept_fraction=None, quality=0.61),
+        dict(method="mulo", target_nfe=12.0, drafter_nfe=64.0, wall_ms=210.5, kept_fraction=0.93, quality=0.58),
+        dict(method="zipar", target_nfe=40.0, drafter_nfe=3.0, wall_ms=333.0, kept_fraction=1.0, quality=None)]
+
+
+def panel_title(fig, bar):
+    """The subplot title over a bar trace's panel: the annotation centred on its x domain, at the top of its y domain."""
+    xd = fig.layout[bar.xaxis.replace("x", "xaxis")].domain
+    yd = fig.layout[bar.yaxis.replace("y", "yaxis")].domain
+    hits = [a.text for a in fig.layout.annotations
+            if a.x == pytest.approx((xd[0] + xd[1]) / 2) and a.y == pytest.approx(yd[1])]
+    assert len(hits) == 1
+    return hits[0]
+
+
+def test_compare_bars_put_each_row_s_numbers_under_their_panel_s_title():
+    fig = plots.compare_bars(ROWS, "FD")
+    want = {"passes (target + drafter)": [256.0, 76.0, 43.0], "wall clock (ms)": [900.0, 210.5, 333.0],
+            "kept (not resampled)": [0, 0.93, 1.0], "FD": [0.61, 0.58, 0]}
+    got = {}
+    for bar in fig.data:
+        assert bar.type == "bar" and list(bar.x) == ["ar", "mulo", "zipar"]
+        got[panel_title(fig, bar)] = [float(y) for y in bar.y]
+    assert got == want
+    assert len({(b.xaxis, b.yaxis) for b in fig.data}) == 4           # four panels, one each
+
+
+def test_sweep_puts_every_run_at_its_speedup_and_quality_with_its_label():
+    points = [dict(method="mulo", speedup=3.0, quality=0.5, label="τ=0.01"),
+              dict(method="ar", speedup=1.0, quality=0.62, label="ar"),
+              dict(method="mulo", speedup=1.5, quality=0.6, label="τ=0"),
+              dict(method="zipar", speedup=2.0, quality=0.55, label="w=4"),
+              dict(method="mulo", speedup=6.0, quality=0.3, label="τ=0.1")]
+    fig = plots.sweep_figure(points, "prompt adherence")
+    lines = [d for d in fig.data if d.mode == "lines"]
+    marks = [d for d in fig.data if d.mode == "markers"]
+    assert [d.legendgroup for d in lines] == ["mulo", "ar", "zipar"]         # methods in order of first appearance
+    for line in lines:
+        pts = sorted((p for p in points if p["method"] == line.legendgroup), key=lambda p: p["speedup"])
+        assert list(line.x) == [p["speedup"] for p in pts] and list(line.y) == [p["quality"] for p in pts]
+        assert line.showlegend is False
+        mine = [m for m in marks if m.legendgroup == line.legendgroup]
+        assert [(m.x[0], m.y[0]) for m in mine] == [(p["speedup"], p["quality"]) for p in pts]
+        assert len({m.marker.symbol for m in mine}) == len(mine)            # each point its own marker
+        assert all(m.marker.color == line.line.color for m in mine)         # one colour per method
+        for m in mine:
+            assert len(m.x) == len(m.y) == 1 and m.name in m.hovertemplate
+    names = {(m.x[0], m.y[0]): m.name for m in marks}
+    assert names == {(p["speedup"], p["quality"]): p["label"] if p["method"] == "ar" else f"{p['method']} {p['label']}"
+                     for p in points}
+    assert len({line.line.color for line in lines}) == 3
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.title.text == "prompt adherence"
+    lo, hi = fig.layout.yaxis.range
+    assert lo < 0.3 and hi > 0.62
+
+
+def test_sweep_of_one_quality_still_has_a_range_around_it_and_none_when_empty():
+    fig = plots.sweep_figure([dict(method="ar", speedup=1.0, quality=0.5, label="ar")], "q")
+    lo, hi = fig.layout.yaxis.range
+    assert lo < 0.5 < hi
+    empty = plots.sweep_figure([], "q")
+    assert not empty.data and empty.layout.yaxis.range is None
+
+
+def test_more_points_than_symbols_reuse_the_symbols_in_order():
+    points = [dict(method="mulo", speedup=float(n + 1), quality=0.5, label=str(n)) for n in range(10)]
+    marks = [d for d in plots.sweep_figure(points, "q").data if d.mode == "markers"]
+    assert [m.marker.symbol for m in marks] == [plots.SYMBOLS[n % len(plots.SYMBOLS)] for n in range(10)]
+    assert len(set(plots.SYMBOLS)) == len(plots.SYMBOLS)
