@@ -286,6 +286,7 @@ def test_the_test_heatmap_is_not_transposed():
                      ["failed: resampled", "passed: draft kept", "never tested (drawn from p)"]]
     marks = [d for d in fig.data if d.type == "scatter"][0]
     assert list(marks.x) == [2, 0] and list(marks.y) == [0, 1]
+    assert marks.mode == "markers"                                     # crosses, not a line through them
     assert "2 of 4 tested drafts passed; 2 resampled; 2 never tested" in fig.layout.title.text
     assert tuple(fig.layout.yaxis.range) == (1.5, -0.5) and tuple(fig.layout.xaxis.range) == (-0.5, 2.5)
 
@@ -445,6 +446,27 @@ def test_slices_follow_the_phase_that_took_most_of_each_slice(most):
     assert all(a[0] != b[0] for a, b in zip(got, got[1:])) and len(got) <= most
 
 
+SMALL_RUNS = {
+    "under-1-ms": ([("draft", 0.0, 0), ("verify", 0.0, 1), ("upsample", 0.0, 1), ("verify", 0.0, 2), ("upsample", 0.533, 2)], 4),
+    "long-first-step": ([("upsample", 0.0, 1), ("draft", 1.101, 0), ("verify", 1.511, 1), ("upsample", 0.0, 1),
+                         ("verify", 0.0, 2)], 3),
+    "empty-last-slice": ([("upsample", 0.147, 2), ("verify", 0.733, 2), ("upsample", 0.997, 0)], 4),
+}
+
+
+@pytest.mark.parametrize("name", SMALL_RUNS)
+def test_slices_of_short_runs_with_instant_steps(name):
+    """Runs under a millisecond, instant steps at the end, a first step spanning slices, a last slice
+    holding no step's middle: time, steps and NFE all kept, each slice in its phase."""
+    steps = [step(ph, ms, nfe) for ph, ms, nfe in SMALL_RUNS[name][0]]
+    most = SMALL_RUNS[name][1]
+    got, want = plots._slices(steps, most), sliced(steps, most)
+    assert [(g[0], g[3], g[4]) for g in got] == [(w[0], w[3], w[4]) for w in want]
+    for g, w in zip(got, want):
+        assert g[1] == pytest.approx(w[1], abs=1e-12) and g[2] == pytest.approx(w[2], abs=1e-12)
+    assert sum(g[3] for g in got) == len(steps) and sum(g[4] for g in got) == sum(s["nfe"] for s in steps)
+
+
 def test_slices_of_a_run_that_took_no_time_are_its_first_segments():
     steps = [step("draft", 0.0), step("verify", 0.0), step("verify", 0.0, 2), step("resample", 0.0), step("draft", 0.0)]
     assert plots._slices(steps, 2) == [("draft", 0.0, 0.0, 1, 1), ("verify", 0.0, 0.0, 2, 3)]
@@ -517,9 +539,11 @@ def test_compare_bars_put_each_row_s_numbers_under_their_panel_s_title():
     got = {}
     for bar in fig.data:
         assert bar.type == "bar" and list(bar.x) == ["ar", "mulo", "zipar"]
+        assert "%{x}" in bar.hovertemplate and "%{y}" in bar.hovertemplate       # the hover reads the value
         got[panel_title(fig, bar)] = [float(y) for y in bar.y]
     assert got == want
     assert len({(b.xaxis, b.yaxis) for b in fig.data}) == 4           # four panels, one each
+    assert sorted(k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")) == ["xaxis", "xaxis2", "xaxis3", "xaxis4"]
 
 
 def test_sweep_puts_every_run_at_its_speedup_and_quality_with_its_label():
@@ -564,3 +588,22 @@ def test_more_points_than_symbols_reuse_the_symbols_in_order():
     marks = [d for d in plots.sweep_figure(points, "q").data if d.mode == "markers"]
     assert [m.marker.symbol for m in marks] == [plots.SYMBOLS[n % len(plots.SYMBOLS)] for n in range(10)]
     assert len(set(plots.SYMBOLS)) == len(plots.SYMBOLS)
+
+
+def test_a_lane_of_exactly_most_runs_is_drawn_run_by_run(mulo_trace):
+    runs = runs_of_phase(mulo_trace.steps)
+    fig = plots.timeline(mulo_trace, most=len(runs))
+    same_bars(bars_of(fig), expected_bars("mulo", runs))
+    assert len(bars_of(plots.timeline(mulo_trace, most=len(runs) - 1))) < len(runs)
+
+
+def test_every_figure_has_an_explicit_height(mulo_trace, baseline):
+    """The module's contract: Gradio renders autosized Plotly figures unreliably."""
+    v = render.verdict(mulo_trace)
+    tests = render.Tests(np.array([[0.1, 0.9]]), np.array([[False, True]]), np.array([[True, False]]), "r")
+    figs = [plots.message("x"), plots.heatmap(mulo_trace, v), plots.heatmap(SimpleNamespace(method="sd"), None, tests),
+            plots.heatmap(SimpleNamespace(method="ar"), None, None), plots.timeline(mulo_trace, baseline),
+            plots.compare_bars(ROWS, "FD"), plots.sweep_figure([dict(method="ar", speedup=1.0, quality=0.5, label="ar")], "q"),
+            plots.sweep_figure([], "q")]
+    for fig in figs:
+        assert isinstance(fig.layout.height, int) and fig.layout.height > 0
