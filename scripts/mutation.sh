@@ -73,7 +73,9 @@ declare -A TESTS=(
     tests/test_drafting.py::test_the_kept_share_and_island_count_are_what_the_verify_steps_report
     tests/test_drafting.py::test_a_pending_cell_a_resampling_forward_reads_stands_in_as_its_proposal
     tests/test_drafting.py::test_a_pending_cell_of_the_row_above_stands_in_as_its_current_jacobi_guess
-    tests/test_engine.py::test_raster_rejection_refreshes_the_drafter_cells_whose_blocks_are_committed_and_drafts_the_rest"
+    tests/test_engine.py::test_raster_rejection_refreshes_the_drafter_cells_whose_blocks_are_committed_and_drafts_the_rest
+    tests/test_engine.py::test_a_verify_step_lists_exactly_the_cells_it_judged_and_its_masks_are_booleans
+    tests/test_drafting.py::test_an_accepted_jacobi_guess_is_committed_as_the_guess_it_was"
   [core/methods/sd.py]="tests/test_speculative.py"
   [core/methods/sjd.py]="tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
     tests/test_speculative.py::test_sjd_samples_the_exact_joint[random]

@@ -492,3 +492,31 @@ def test_a_pending_cell_of_the_row_above_stands_in_as_its_current_jacobi_guess(t
                 stand_ins += 1
                 assert t == guesses[c]
     assert stand_ins > 0
+
+
+def test_an_accepted_jacobi_guess_is_committed_as_the_guess_it_was(tiny_pair, monkeypatch):
+    """Every guess a pass accepts is committed unchanged (the guess that pass judged: the proposal on
+    the first pass, a redraw later), in every pass, not only the first; a rejected top-row guess is
+    committed as a residual draw, never as itself."""
+    from core.methods import mulo
+    calls, predict = [], mulo.row_causal_predict
+
+    def spy(target, windows, final, guesses, *rest):
+        calls.append(guesses.copy())
+        return predict(target, windows, final, guesses, *rest)
+    monkeypatch.setattr(mulo, "row_causal_predict", spy)
+    t = run(tiny_pair, tau=1.0, radius=1, resample="jacobi", window=4)
+    H, W = t.grid["target"]
+    passes = [s for s in t.steps if s["phase"] == "resample" and not s.get("level")]
+    assert len(passes) == len(calls)
+    later = 0
+    for n, (s, guesses) in enumerate(zip(passes, calls)):
+        committed = {i * W + j: x for (i, j), x in zip(s["cells"], s["tokens"])}
+        for (i, j), ok in zip(s["judged"], s["accepted"]):
+            c = i * W + j
+            if ok:
+                assert committed[c] == guesses[c]
+                later += n > 0
+            elif c in committed:
+                assert committed[c] != guesses[c]
+    assert later > 10

@@ -131,6 +131,28 @@ def test_raster_rejection_refreshes_the_drafter_cells_whose_blocks_are_committed
     assert cycles >= 3
 
 
+@pytest.mark.parametrize("rejection", ["local", "raster"])
+def test_a_verify_step_lists_exactly_the_cells_it_judged_and_its_masks_are_booleans(tiny_pair, rejection):
+    """cells = the band's cells from the first one judged (the band's start, or t0 + 1 after a raster
+    rejection) to its end, in raster order; `accepted` holds a verdict (bool) for each of them and null
+    before them; `resample` is a boolean grid over the band (the trace contract's types)."""
+    t = run(tiny_pair, tau=0.0070, rejection=rejection, draft_rows=2)
+    H, W = t.grid["target"]
+    seen_later = 0
+    for s in (s for s in t.steps if s["phase"] == "verify"):
+        r0, r1 = s["band"]
+        cells = [i * W + j for i, j in s["cells"]]
+        start = cells[0]
+        assert cells == list(range(start, r1 * W)) and r0 * W <= start
+        seen_later += start > r0 * W
+        flat = [x for row in s["accepted"] for x in row]
+        assert all(x is None for x in flat[:start - r0 * W])
+        assert all(type(x) is bool for x in flat[start - r0 * W:])
+        assert all(type(x) is bool for row in s["resample"] for x in row)
+        assert len(s["resample"]) == r1 - r0 and all(len(row) == W for row in s["resample"])
+    assert (seen_later > 0) == (rejection == "raster")
+
+
 def test_islands_are_the_8_connected_components_of_the_resample_mask(tiny_pair):
     pooled_at_zero = np.array(verify_steps(run(tiny_pair, tau=0.0))[0]["pooled"])
     t = run(tiny_pair, tau=float(np.quantile(pooled_at_zero, 0.05)), radius=0)  # a few scattered rejections
