@@ -46,6 +46,12 @@ def whole(tiny_pair):
 
 
 @pytest.fixture(scope="module")
+def jacobi(tiny_pair):
+    """resample=jacobi: resample steps that judge guesses (withdrawn) and write only the committed cells."""
+    return mulo(tiny_pair, resample="jacobi", window=2)
+
+
+@pytest.fixture(scope="module")
 def sd(tiny_pair):
     return engine.run(RunConfig(method="sd", prompt=PROMPT, seed=3), tiny_pair)
 
@@ -237,7 +243,7 @@ def my_replay(trace, n):
     return grid(target, (H, W)), (grid(draft, tuple(trace.grid["draft"])) if has_draft else None)
 
 
-@pytest.mark.parametrize("name", ["banded", "raster", "cascade", "sjd_drafted", "sjd"])
+@pytest.mark.parametrize("name", ["banded", "raster", "cascade", "sjd_drafted", "sjd", "jacobi"])
 def test_replay_holds_exactly_the_tokens_of_the_steps_before_n(name, request):
     trace = request.getfixturevalue(name)
     N = len(trace.steps)
@@ -636,6 +642,13 @@ def test_the_step_canvas_shows_the_replayed_canvases_with_the_step_s_cells_marke
         assert (img[:S, S + gap:] == expected_panel(target, step, not on_draft, tokenizer)).all(), n
     start = render.canvas_image(render.replay(trace, 0), tokenizer)
     assert (start[:S, -S:] == theme.rgb(theme.PENDING)).all()
+    # each panel's caption names its model and its grid
+    blank = np.zeros((S, S, 3), np.uint8)
+    H, W = trace.grid["target"]
+    assert (start[S:, -S:] == render._labelled(blank, f"target p, {H}x{W} tokens")[S:]).all()
+    if trace.grid.get("draft"):
+        h, w = trace.grid["draft"]
+        assert (start[S:, :S] == render._labelled(blank, f"drafter q, {h}x{w} tokens")[S:]).all()
 
 
 def test_a_verify_step_marks_passed_below_and_swept_cells(raster):
