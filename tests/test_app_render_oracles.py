@@ -68,6 +68,12 @@ def cascade(tiny_pair):
 
 
 @pytest.fixture(scope="module")
+def cascade_sjd(tiny_pair):
+    """A cascade whose 8x8 level is mulo and whose 4x4 level ran sjd (tests of its own, level 2)."""
+    return mulo(tiny_pair, radius=0, draft_method="mulo/scale=2/draft_method=sjd")
+
+
+@pytest.fixture(scope="module")
 def sjd_drafted(tiny_pair):
     """mulo whose drafter grid ran sjd: level-1 verify steps with per-position tests of their own."""
     return mulo(tiny_pair, draft_method="sjd")
@@ -110,6 +116,8 @@ def test_verdict_is_the_last_judgement_of_every_target_cell(name, request):
     assert (v.accepted == acc).all() and (v.rejected == rej).all()
     assert (v.resample == res).all() and (v.islands == isl).all()
     assert v.tau == trace.params["tau"] == 0.007
+    assert v.accepted.dtype == v.rejected.dtype == v.resample.dtype == bool      # masks, as the views use them
+    assert v.islands.dtype.kind == "i" and v.pooled.dtype == np.float64
     assert acc.any() and (name == "raster" or (isl.max() >= 2 and rej.any()))
 
 
@@ -158,6 +166,22 @@ def test_verdict_ignores_deeper_levels_and_is_none_without_band_passes(cascade, 
     assert render.verdict(lvl1) is None
 
 
+def test_island_ids_count_on_across_bands_without_islands(banded):
+    """A band whose pass found no island adds nothing to the ids of the bands after it."""
+    steps, blanked = [], 0
+    for s in banded.steps:
+        if s["phase"] == "verify" and blanked < 2:      # the first two bands: every cell passed, no island
+            blanked += 1
+            s = dict(s, accepted=[[True] * len(r) for r in s["accepted"]], resample=[[False] * len(r) for r in s["resample"]],
+                     islands=[[0] * len(r) for r in s["islands"]])
+        steps.append(s)
+    t = dataclasses.replace(banded, steps=steps)
+    v = render.verdict(t)
+    *_, isl = expected_verdict(t)
+    assert (v.islands == isl).all() and sorted(np.unique(isl[isl > 0])) == list(range(1, isl.max() + 1))
+    assert isl.max() >= 2
+
+
 def test_verdict_tau_defaults_to_zero():
     fake = type("T", (), dict(grid={"target": [2, 2]}, params={}, steps=[
         dict(phase="verify", band=[0, 2], pooled=[[0.5, 0.001], [0.1, None]], accepted=[[True, False], [True, False]],
@@ -190,9 +214,34 @@ def test_the_cascade_level_is_the_drafter_grid_seen_as_a_trace(cascade):
     assert render.level_trace(cascade, 0) is None and render.level_trace(cascade, 2) is None
 
 
+def test_a_cascade_level_is_read_from_its_own_entry_of_the_nested_runs(cascade_sjd):
+    """Level 1 is nested run 0 (mulo, with a proposal); level 2 (sjd, no proposal) is no cascade level."""
+    assert [lv["method"] for lv in cascade_sjd.levels] == ["mulo", "sjd"]
+    assert render.cascade_levels(cascade_sjd) == [1]
+    lv = render.level_trace(cascade_sjd, 1)
+    nested = cascade_sjd.levels[0]
+    assert lv.method == "mulo" and lv.tokens == nested["tokens"] and lv.proposal == nested["proposal"]
+    assert lv.draft == nested["draft"] and render.level_trace(cascade_sjd, 2) is None
+    assert render.tests(cascade_sjd) is None            # the 4x4 level's sjd tests are not the target's
+    assert render.cascade_levels(lv) == []              # a level view has no levels of its own
+
+
 def test_runs_without_a_cascade_have_no_levels(banded, sjd_drafted, sd):
     for t in (banded, sjd_drafted, sd):
         assert render.cascade_levels(t) == [] and render.level_trace(t, 1) is None
+
+
+def test_a_level_is_a_cascade_level_only_with_a_grid_below_it_and_a_proposal():
+    def fake(grids, nested):
+        return type("T", (), dict(grid={"levels": grids}, levels=nested))()
+    g3 = [[16, 16], [8, 8], [4, 4]]
+    with_proposal, without = {"proposal": [[0]]}, {"proposal": None}
+    assert render.cascade_levels(fake(g3, [with_proposal])) == [1]
+    assert render.cascade_levels(fake(g3, [without])) == []
+    assert render.cascade_levels(fake(g3, [without, with_proposal])) == []
+    assert render.cascade_levels(fake(g3, [with_proposal, with_proposal])) == [1]     # level 2 has no grid below
+    assert render.cascade_levels(fake(g3[:2], [with_proposal])) == []
+    assert render.cascade_levels(fake(g3, [])) == [] and render.cascade_levels(fake(g3, None)) == []
 
 
 def test_level_params_apply_the_draft_spec_once_per_level_and_fall_back_on_bad_knobs(cascade):
@@ -243,7 +292,7 @@ def my_replay(trace, n):
     return grid(target, (H, W)), (grid(draft, tuple(trace.grid["draft"])) if has_draft else None)
 
 
-@pytest.mark.parametrize("name", ["banded", "raster", "cascade", "sjd_drafted", "sjd", "jacobi"])
+@pytest.mark.parametrize("name", ["banded", "raster", "cascade", "sjd_drafted", "sjd", "jacobi", "cascade_sjd"])
 def test_replay_holds_exactly_the_tokens_of_the_steps_before_n(name, request):
     trace = request.getfixturevalue(name)
     N = len(trace.steps)
@@ -397,6 +446,7 @@ def test_tests_hold_each_position_s_last_test(name, request):
             for (i, j), p, ok in zip(s["judged"], s["prob"], s["accepted"]):
                 prob[i, j], passed[i, j], tested[i, j] = p, ok, True
     t = render.tests(trace)
+    assert t.passed.dtype == t.resampled.dtype == bool and t.prob.dtype == np.float64
     np.testing.assert_array_equal(t.prob, prob)
     assert (t.passed == passed).all() and (t.resampled == (tested & ~passed)).all()
     assert passed.any() and (tested & ~passed).any()
