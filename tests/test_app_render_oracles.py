@@ -334,6 +334,18 @@ def test_the_drafter_canvas_takes_level_1_steps_and_the_target_the_rest(banded):
     rp.apply(draft_step)
     (i, j), = draft_step["cells"]
     assert rp.draft[i, j] == draft_step["tokens"][0] and (rp.target == -1).all()
+    # without a drafter canvas a level-1 step has no canvas here: the target is left alone
+    alone = render.Replay(banded.grid["target"], None)
+    alone.apply(draft_step)
+    assert (alone.target == -1).all() and alone.last is draft_step
+
+
+def test_a_step_that_judged_guesses_and_committed_none_only_withdraws():
+    """A Jacobi wave whose every guess failed without a residual writes nothing (cells and tokens empty)."""
+    rp = render.Replay((4, 4), None)
+    rp.apply(dict(phase="resample", model="target", cells=[[0, 1], [2, 3]], tokens=[7, 9]))
+    rp.apply(dict(phase="resample", model="target", cells=[], tokens=[], judged=[[0, 1]], accepted=[False]))
+    assert rp.target[0, 1] == -1 and rp.target[2, 3] == 9 and (rp.target >= 0).sum() == 1
 
 
 # ---- cell_at ----------------------------------------------------------------------------------
@@ -614,10 +626,16 @@ def test_the_key_names_each_island_s_colour_and_size(whole, cascade):
         assert [(c, int(n), int(k)) for c, n, k in found] == \
             [(island_colour(n), n, int((isl == n).sum())) for n in range(1, isl.max() + 1)]
         assert "no islands" not in key
+        dot = theme.swatch(theme.REJECTED, round_=True)
+        assert key == ("<div class='key'>" + " · ".join(
+            [f"{dot} below τ ({int(rej.sum())} cells)"]
+            + [f"{theme.swatch(island_colour(n))} island {n}: {int((isl == n).sum())} cells" for n in range(1, isl.max() + 1)])
+            + "</div>")
     none = render.verdict(whole)
     none.islands[:] = 0
     none.rejected[:] = False
-    assert "no islands: every cell kept" in render.islands_key(none) and "below τ (0 cells)" in render.islands_key(none)
+    assert render.islands_key(none) == ("<div class='key'>" + theme.swatch(theme.REJECTED, round_=True)
+                                        + " below τ (0 cells) · no islands: every cell kept</div>")
     assert render.islands_key(None) == "" and render.islands_key(None, None) == ""
 
 
@@ -630,8 +648,9 @@ def test_failed_image_dots_exactly_the_failed_drafts(sd, tokenizer):
         want[dot_box(i, j, (16, 16))] = theme.rgb(theme.REJECTED)
     assert t.resampled.any() and (out == want).all()
     assert (render.failed_image(final, t, grid=True) == render.with_grid(want, 16, 16)).all()
-    key = render.islands_key(None, t)
-    assert f"({int(t.resampled.sum())} cells)" in key and "resampled from the residual" in key
+    assert render.islands_key(None, t) == (
+        f"<div class='key'>{theme.swatch(theme.REJECTED, round_=True)} draft failed its test, token resampled from "
+        f"the residual ({int(t.resampled.sum())} cells); every other written cell kept its draft or was drawn from p.</div>")
 
 
 # ---- the step canvas and its caption ----------------------------------------------------------
