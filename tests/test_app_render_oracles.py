@@ -400,9 +400,8 @@ def test_the_card_names_the_clicked_cell_s_numbers(name, request):
             assert lines[4] == (f"- pooled mass {pooled[i, j]:.4f} {'≥' if acc[i, j] else '<'} τ 0.007: "
                                 f"**{'passed τ' if acc[i, j] else 'below τ'}**")
             if res[i, j]:
-                why = "below τ itself" if rej[i, j] else "passed τ, but swept in"
-                assert lines[5].startswith(f"- **resampled** by the target ({why}")
-                assert lines[5].endswith(f", island {isl[i, j]}") and isl[i, j] > 0
+                why = "below τ itself" if rej[i, j] else "passed τ, but swept in by the expansion around a cell below τ"
+                assert lines[5] == f"- **resampled** by the target ({why}), island {isl[i, j]}" and isl[i, j] > 0
             else:
                 assert lines[5] == "- **kept** as proposed"
             assert len(lines) == 6
@@ -655,8 +654,8 @@ def test_failed_image_dots_exactly_the_failed_drafts(sd, tokenizer):
 
 # ---- the step canvas and its caption ----------------------------------------------------------
 
-def expected_panel(canvas, step, marked, tokenizer):
-    img = render.grid_image(canvas, tokenizer)
+def expected_panel(canvas, step, marked, tokenizer, grid=False):
+    img = render.grid_image(canvas, tokenizer, grid)
     if not marked:
         return img
     H, W = canvas.shape
@@ -710,7 +709,19 @@ def test_the_step_canvas_shows_the_replayed_canvases_with_the_step_s_cells_marke
         assert (img[:, S:S + gap] == 255).all()
         assert (img[:S, S + gap:] == expected_panel(target, step, not on_draft, tokenizer)).all(), n
     start = render.canvas_image(render.replay(trace, 0), tokenizer)
-    assert (start[:S, -S:] == theme.rgb(theme.PENDING)).all()
+    assert start.dtype == np.uint8 and (start[:S, -S:] == theme.rgb(theme.PENDING)).all()
+    # grid lines (under the marks) and a smaller size reach every panel
+    n = pick_steps(trace)[1]
+    step, (target, draft) = trace.steps[n - 1], my_replay(trace, n)
+    lined = render.canvas_image(render.replay(trace, n), tokenizer, grid=True)
+    H, W = target.shape
+    on_target = draft is None or step.get("level", 0) != 1
+    assert (lined[:S, -S:] == expected_panel(target, step, on_target, tokenizer, grid=True)).all()
+    assert (lined[:S, -S:] != render.canvas_image(render.replay(trace, n), tokenizer)[:S, -S:]).any()
+    if draft is not None:
+        assert (lined[:S, :S] == expected_panel(draft, step, not on_target, tokenizer, grid=True)).all()
+    small = render.canvas_image(render.replay(trace, n), tokenizer, size=160)
+    assert small.shape == (160 + render.LABEL, 160 if draft is None else 2 * 160 + 8, 3)
     # each panel's caption names its model and its grid
     blank = np.zeros((S, S, 3), np.uint8)
     H, W = trace.grid["target"]
