@@ -807,3 +807,11 @@ def test_a_message_is_wrapped_inside_the_panel_and_centred():
     assert small.shape == (160, 160, 3)
     c = np.nonzero((small != bg).any(axis=2))[1]
     assert c.max() <= 160 - 14
+
+
+def test_a_panel_caption_names_rows_then_columns(tokenizer):
+    rp = render.Replay((4, 8), (2, 4))
+    img = render.canvas_image(rp, tokenizer)
+    blank = np.zeros((S, S, 3), np.uint8)
+    assert (img[S:, -S:] == render._labelled(blank, "target p, 4x8 tokens")[S:]).all()
+    assert (img[S:, :S] == render._labelled(blank, "drafter q, 2x4 tokens")[S:]).all()
