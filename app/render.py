@@ -90,9 +90,11 @@ def verdict(trace) -> Verdict | None:
         v.pooled[r0:r1][judged] = pooled[judged]
         v.accepted[r0:r1][judged] = np.asarray(s["accepted"], dtype=bool)[judged]
         v.rejected[r0:r1][judged] = ~v.accepted[r0:r1][judged]
-        v.resample[r0:r1] = np.asarray(s["resample"], dtype=bool)
+        # R_X and islands too, only where this pass judged: a raster pass that follows a rejection does not
+        # judge the cell the target resampled, which keeps the earlier pass's verdict (resampled, its island)
+        v.resample[r0:r1][judged] = np.asarray(s["resample"], dtype=bool)[judged]
         ids = np.asarray(s["islands"], dtype=np.int64)
-        v.islands[r0:r1] = np.where(ids > 0, ids + seen, 0)
+        v.islands[r0:r1][judged] = np.where(ids > 0, ids + seen, 0)[judged]
         seen += int(ids.max(initial=0))
     return v if found else None
 
