@@ -6,7 +6,7 @@
 #   K="<pytest -k expression>" scripts/mutation_recheck.sh mutation-results/core.methods.mulo.work \
 #       tests/test_new.py core.methods.mulo.x_run__mutmut_317 ...
 #
-# Each named mutant is switched on (MUTANT_UNDER_TEST) in the kept copy and the tests run there once;
+# Run it with the project's environment active. Each named mutant is switched on (MUTANT_UNDER_TEST) in the kept copy and the tests run there once;
 # prints "killed (<first failing test>)" or "SURVIVED". Check first that the tests pass with no mutant
 # switched on (`MUTANT_UNDER_TEST=none`): any failure, an import error included, reads as a kill.
 set -uo pipefail
@@ -19,7 +19,7 @@ for n in "$@"; do
        ${K:+-k "$K"} > "$log" 2>&1; then
     echo "$n: SURVIVED"
   else
-    echo "$n: killed ($(grep -m1 -o 'FAILED [^ ]*\|ERROR [^ ]*' "$log" || echo timeout))"
+    echo "$n: killed ($(grep -m1 -o 'FAILED [^ ]*\|ERROR[: ][^ ]*' "$log" || echo timeout))"
   fi
 done
 rm -f "$log"
