@@ -42,7 +42,8 @@ declare -A TESTS=(
   [core/decoding.py]="tests/test_context.py tests/test_engine.py
     tests/test_speculative.py::test_sd_trace_says_what_each_cycle_drafted_judged_and_kept
     tests/test_speculative.py::test_sjd_trace_says_what_each_pass_guessed_judged_and_kept
-    tests/test_newer_methods.py::test_every_pjd_query_matches_a_cache_free_forward_over_what_its_row_may_read"
+    tests/test_newer_methods.py::test_every_pjd_query_matches_a_cache_free_forward_over_what_its_row_may_read
+    tests/test_drafting.py::test_a_cascades_nfe_totals_equal_the_forwards_counted"
   [core/methods/mulo.py]="tests/test_engine.py::test_tau_zero_accepts_every_proposal
     tests/test_engine.py::test_accepted_exactly_when_pooled_reaches_tau
     tests/test_engine.py::test_the_resample_mask_follows_the_expansion_rule

@@ -153,6 +153,22 @@ def test_a_verify_step_lists_exactly_the_cells_it_judged_and_its_masks_are_boole
     assert (seen_later > 0) == (rejection == "raster")
 
 
+@pytest.mark.parametrize("resample", ["islands", "serial"])
+def test_resample_steps_count_their_waves_from_zero_after_each_verify_pass(tiny_pair, resample):
+    """Each resampling forward after a verify pass says which wave of that pass's resampling it is:
+    0, 1, 2, ... (the step's `wave`, which the app's step caption reads), and carries `fed`."""
+    t = run(tiny_pair, tau=0.0070, radius=1, draft_rows=2, resample=resample)
+    waves, expected = 0, 0
+    for s in t.steps:
+        if s["phase"] == "verify":
+            expected = 0
+        elif s["phase"] == "resample" and not s.get("level"):
+            assert s["wave"] == expected and s["fed"] >= len(s["cells"])
+            expected += 1
+            waves += 1
+    assert waves > 4
+
+
 def test_islands_are_the_8_connected_components_of_the_resample_mask(tiny_pair):
     pooled_at_zero = np.array(verify_steps(run(tiny_pair, tau=0.0))[0]["pooled"])
     t = run(tiny_pair, tau=float(np.quantile(pooled_at_zero, 0.05)), radius=0)  # a few scattered rejections
