@@ -272,15 +272,17 @@ def test_a_drafters_run_reports_its_own_steps_one_level_down(tiny_pair, spec):
     assert any(s["model"] is None for s in got) == (name == "mulo")       # a nested mulo up-samples
 
 
-@pytest.mark.parametrize("redraft", ["independent", "coupled"])
+@pytest.mark.parametrize("redraft", ["independent", "coupled", "raster"])
 def test_a_jacobi_resampling_run_is_a_function_of_its_seed_alone(tiny_pair, redraft):
     """Its judging and its residual draws use the run's generator, never torch's global one; its
-    passes are numbered from 0 in every band, as serial and island resampling number theirs."""
+    passes are numbered from 0 in every band, as serial and island resampling number theirs. (So
+    are raster rejection's draws of t0: the `raster` case.)"""
     import torch
     runs = []
     for g in (1, 2):
         torch.manual_seed(g)
-        runs.append(run(tiny_pair, tau=TAU_SOME, resample="jacobi", redraft=redraft, draft_rows=4))
+        knobs = dict(rejection="raster") if redraft == "raster" else dict(resample="jacobi", redraft=redraft)
+        runs.append(run(tiny_pair, tau=TAU_SOME, draft_rows=4, **knobs))
     a, b = runs
     assert a.tokens == b.tokens and [s.get("tokens") for s in a.steps] == [s.get("tokens") for s in b.steps]
     bands = []                                                           # the waves after each verify

@@ -118,10 +118,14 @@ def test_raster_rejection_refreshes_the_drafter_cells_whose_blocks_are_committed
         if s["phase"] == "verify" and level == 0:
             band = s["band"]
         if s["phase"] == "resample" and level == 0:
+            # t0 is drawn from the verify pass's own distribution: a target step of no forward, wave 0
+            assert (s["model"], s["nfe"], s["wave"], len(s["cells"])) == ("target", 0, 0, 1)
             c = s["cells"][0][0] * W + s["cells"][0][1]
             start, refreshed, drafted = (c + 1, [], []) if c + 1 < band[1] * W else (None, None, None)
-        elif start is not None and s["phase"] == "refresh":
-            refreshed += [i * w + j for i, j in s["cells"]]
+        elif s["phase"] == "refresh":
+            assert s["cells"] and (s["level"], s["model"], s["nfe"]) == (1, None, 0)   # never an empty refresh
+            if start is not None:
+                refreshed += [i * w + j for i, j in s["cells"]]
         elif start is not None and s["phase"] == "draft":
             drafted += [i * w + j for i, j in s["cells"]]
         elif start is not None and s["phase"] == "upsample":

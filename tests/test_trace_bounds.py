@@ -390,3 +390,18 @@ def test_from_dict_applies_the_pair_limits_too():
     assert Trace.from_dict(trace(), pair).tokens == trace()["tokens"]
     with pytest.raises(TraceError, match=r"tokens must be a 2x3 grid of codebook tokens in \[0, 6\)"):
         Trace.from_dict(trace(tokens=[[6] * W] * H), pair)
+
+
+def test_a_cell_is_inside_its_grid_on_both_axes_up_to_the_last_row_and_column():
+    ok(trace(steps=[step(cells=[[H - 1, W - 1]])]))
+    refused(trace(steps=[step(cells=[[0, W]])]), r"^step 0: cells and judged must be \[i, j\] inside the 2x3 grid")
+    refused(trace(steps=[step(cells=[[H, 0]])]), r"^step 0: cells and judged must be \[i, j\] inside the 2x3 grid")
+    tall = dict(grid=dict(target=[W, H], draft=None, levels=[[W, H]]), tokens=[[0, 1], [2, 3], [4, 5]])
+    ok(trace(steps=[step(cells=[[W - 1, H - 1]])], **tall))         # 3x2: a column index within the longer side
+    refused(trace(steps=[step(cells=[[0, H]])], **tall), r"^step 0: cells and judged must be \[i, j\] inside the 3x2 grid")
+
+
+def test_a_number_too_large_to_be_finite_is_named_by_its_first_40_characters():
+    digits = "1" + "0" * 400 + ".5"
+    refused(json.dumps(trace()).replace('"wall_ms": 0.5', f'"wall_ms": {digits}', 1),
+            rf"^it holds the number {digits[:40]}, too large to be finite$")
