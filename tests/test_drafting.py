@@ -472,24 +472,19 @@ def test_a_raster_rejection_run_is_a_function_of_its_seed_alone_and_names_its_re
 def test_a_pending_cell_of_the_row_above_stands_in_as_its_current_jacobi_guess(tiny_pair, monkeypatch, window):
     """In a Jacobi pass a window whose first cell's predecessor is the row above's pending end feeds
     that end as a stand-in (unwritten): the guess it holds at that pass, as in pjd."""
-    from core.decoding import Decoder
     from core.methods import mulo
-    fed, calls, feed, predict = [], [], Decoder.feed, mulo.row_causal_predict
-
-    def spy_feed(dec, cells, tokens, write, cell_mask=None):
-        fed.append((list(cells), list(tokens), list(write)))
-        return feed(dec, cells, tokens, write, cell_mask)
+    from test_context import Recorder
+    rec, calls, predict = Recorder(monkeypatch), [], mulo.row_causal_predict
 
     def spy_predict(target, windows, final, guesses, *rest):
-        calls.append((len(fed), guesses.copy()))
+        calls.append((len(rec.records), guesses.copy()))
         return predict(target, windows, final, guesses, *rest)
-    monkeypatch.setattr(Decoder, "feed", spy_feed)
     monkeypatch.setattr(mulo, "row_causal_predict", spy_predict)
     run(tiny_pair, tau=1.0, radius=1, resample="jacobi", window=window)
     stand_ins = 0
     for at, guesses in calls:
-        cells, tokens, write = fed[at]
-        for c, t, wr in zip(cells, tokens, write):
+        r = rec.records[at]
+        for c, t, wr in zip(r["cells"], r["tokens"], r["write"]):
             if not wr:
                 stand_ins += 1
                 assert t == guesses[c]

@@ -62,20 +62,15 @@ def _drain(gen):
 
 
 def _windows_by_definition(front, W, c, L):
-    """The docstring's schedule: row i + 1 is active once row i has c committed tokens (rows below an
-    inactive row are inactive); an active row's window starts at its committed tokens, is at most L
-    long and never passes the committed tokens of the row above (all of W once that row is done)."""
-    out = []
-    for r, f in enumerate(front):
-        if f == W:
-            continue
-        above = W if r == 0 else front[r - 1]
-        if above < min(c, W):
-            break
-        end = min(f + L, above)
-        if end > f:
-            out.append((r, [r * W + j for j in range(f, end)]))
-    return out
+    """The docstring's schedule, cell by cell: (r, j) is in row r's window iff every row above r has
+    at least c committed tokens (or is done), row r is not done, and f_r <= j < min(f_r + L, f_(r-1))
+    with f_(-1) = W. Written per cell on purpose, not as pjd.windows' loop over rows."""
+    H = len(front)
+    active = [all(front[a] >= min(c, W) for a in range(r)) and front[r] < W for r in range(H)]
+    limit = [W if r == 0 else front[r - 1] for r in range(H)]
+    cells = {r: [r * W + j for j in range(W) if active[r] and front[r] <= j < min(front[r] + L, limit[r])]
+             for r in range(H)}
+    return [(r, cells[r]) for r in range(H) if cells[r]]
 
 
 def _stand_in_by_definition(final, cell, W):
