@@ -30,6 +30,7 @@ from core.models import hub
 from core.trace import MAX_BYTES, Limits, Trace, TraceError
 
 from . import files, plots, render
+from . import quality as per_image
 
 try:
     import spaces
@@ -222,7 +223,8 @@ def pair_markdown(name: str) -> str:
     facts = model_facts(name)
     lines = [f"**{name}**: {found.get(name, 'weights not found on this machine')}. Prompt: {facts['prompt']}."]
     if name != "embedded":
-        lines.append("Quality is measured for the embedded family only (its classifier knows its scenes).")
+        lines.append("Prompt adherence is measured for the embedded family only (its classifier knows its scenes); "
+                     f"{per_image.SHARPNESS} and the {per_image.GAP} for every pair.")
     if hub.on_space():
         lines.append("On this Space a LlamaGen pair's files download from the Hugging Face hub on its first run, "
                      "into the Space's cache (persistent storage when the Space has it).")
@@ -288,10 +290,13 @@ def _clock(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "an earlier session"
 
 
-def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = None) -> str:
-    """The headline (sequential passes, target + drafter, and wall clock, each over ar), what the
-    speed was bought with (nothing kept: all resampled), when each wall figure was measured, and the
-    totals side by side. `timed` = {"run": epoch s, "baseline": epoch s, "baseline_remembered": bool}."""
+def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = None,
+                   quality: dict | None = None) -> str:
+    """The headline (sequential passes, target + drafter, and wall clock, each over ar), the image's
+    quality against ar's (`quality`, per_image.against_ar's dict, measured when the run and its
+    baseline completed; None: nothing said), what the speed was bought with (nothing kept: all
+    resampled), when each wall figure was measured, and the totals side by side.
+    `timed` = {"run": epoch s, "baseline": epoch s, "baseline_remembered": bool}."""
     passes, wall, target = speedup(trace, baseline)
     t = trace.totals
     if trace.method == "ar":
@@ -325,6 +330,9 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
                         "passed the test (of judged drafts)", lambda t: _fraction(t["passed_fraction"])),
                        ("kept (not resampled, of all cells)", lambda t: _fraction(t["kept_fraction"]))):
         rows.append(f"| {label} | " + " | ".join(fmt(t.totals) for _, t in cols) + " |")
+    if quality:
+        notes.insert(0, per_image.headline(quality))
+        rows += [f"| {label} | {run} | {ar} |" for label, run, ar in per_image.table_rows(quality)]
     return head + "\n\n" + "\n\n".join(notes) + "\n\n" + "\n".join(rows)
 
 
@@ -427,7 +435,7 @@ def views(state: dict | None, show_grid: bool = False) -> tuple:
             islands,
             render.islands_key(v, t),
             plots.timeline(trace, baseline),
-            stats_markdown(trace, baseline, state.get("timed")),
+            stats_markdown(trace, baseline, state.get("timed"), state.get("quality")),
             gr.Slider(minimum=0, maximum=n, value=n, step=1),
             render.canvas_image(render.replay(trace, n), tok, show_grid),
             render.step_caption(trace, n),
@@ -662,7 +670,8 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                 yield _stopped(run.method, "while the ar baseline ran")
                 return
             timed = dict(run=run_at, baseline=base_at, baseline_remembered=remembered)
-    state = dict(trace=trace, baseline=baseline, timed=timed)
+    state = dict(trace=trace, baseline=baseline, timed=timed,
+                 quality=per_image.against_ar(pair, trace, baseline))
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", files.trace_file(trace),
            gr.update(value=None, visible=False), gr.Column(elem_classes=["results"]), *rows(state), *views(state, show_grid))
 
@@ -795,7 +804,8 @@ def add_baseline(request: gr.Request | None, state, show_grid=False):
             yield (gr.skip(), "Stopped the ar baseline; the views are unchanged.", *(gr.skip() for _ in VIEWS))
             return
     new = dict(state, baseline=baseline, timed=dict(run=(state.get("timed") or {}).get("run"), baseline=at,
-                                                    baseline_remembered=False))
+                                                    baseline_remembered=False),
+               quality=per_image.against_ar(pair, trace, baseline))
     yield (new, f"ar baseline timed for seed {trace.seed}.", *views(new, show_grid))
 
 
@@ -809,30 +819,31 @@ def quality(img, prompt: str, model: str = "embedded") -> tuple[float | None, st
     """(score, what it is): prompt adherence read back by the domain's classifier (the GenEval analogue);
     None for an outside pair, whose images the classifier cannot judge."""
     if model != "embedded":
-        return None, "no quality measure for this pair"
+        return None, "no prompt adherence for this pair"
     clf = _classifier()
     return measured_quality([img], [parse_prompt(prompt)], clf)["adherence"], "prompt adherence (classifier)"
 
 
 COMPARE_COLUMNS = ["method", "passes (target + drafter)", "target NFE", "drafter NFE", "wall ms",
                    "passed test", "kept", "passes speedup", "wall speedup", "target NFE speedup (detail)",
-                   "quality", "note"]
+                   "prompt adherence (embedded pair)", per_image.SHARPNESS, f"{per_image.GAP} (nats/token)", "note"]
 
 
 @GPU
 def compare(request: gr.Request | None, *knobs):
     """Every registered method on the same prompt, seed and knobs (KNOBS order), speed beside
-    quality; ar is timed first in this same comparison, so every wall ratio has comparable
-    conditions. Yields (gallery, table, figure, status) before each method and at the end."""
+    quality (prompt adherence; sharpness ÷ ar and log-lik gap against ar's image); ar is timed first
+    in this same comparison, so every ratio has comparable conditions. Yields (gallery, table,
+    figure, status) before each method and at the end."""
     session = _session(request)
     run = run_config(*knobs)
     pair = checked(run)
     gallery, rows, table = [], [], []
     methods = ["ar"] + [m for m in registry() if m != "ar"]
-    measure = "quality"
+    measure = "prompt adherence"
     with running(session, "Compare"):
         try:
-            base = None
+            base = base_img = None
             for n, m in enumerate(methods):
                 yield gallery, table, plots.compare_bars(rows, measure), f"Running {m} ({n + 1} of {len(methods)})…"
                 cfg_m = replace(run, method=m)
@@ -843,18 +854,19 @@ def compare(request: gr.Request | None, *knobs):
                     continue
                 trace = ar_baseline(run, pair, session, fresh=True) if m == "ar" else \
                     run_stoppable(cfg_m, pair, session)
-                base = base or trace
-                passes, wall, target = speedup(trace, base)
                 img = engine.decode_image(trace.tokens, pair.tokenizer)
+                base, base_img = (trace, img) if m == "ar" else (base, base_img)
+                passes, wall, target = speedup(trace, base)
                 score, measure = quality(img, run.prompt, run.model)
+                q = per_image.against_ar(pair, trace, base, img, base_img) or per_image.REFERENCE
                 t = trace.totals
                 rows.append(dict(method=m, quality=float("nan") if score is None else score, passes=passes,
-                                 **t))
+                                 sharpness=q["sharpness"], loglik_gap=q["loglik_gap"], **t))
                 table.append([m, t["target_nfe"] + t["drafter_nfe"], t["target_nfe"], t["drafter_nfe"],
                               round(t["wall_ms"]), _fraction(t["passed_fraction"]), _fraction(t["kept_fraction"]),
                               round(passes, 2), round(wall, 2), round(target, 2),
-                              None if score is None else round(score, 3),
-                              "timed first, as the reference" if m == "ar" else ""])
+                              None if score is None else round(score, 3), round(q["sharpness"], 2),
+                              round(q["loglik_gap"], 3), "timed first, as the reference" if m == "ar" else ""])
                 gallery.append((render.crisp(img), m))
         except Stopped:
             yield (gallery, table, plots.compare_bars(rows, measure),
@@ -862,7 +874,8 @@ def compare(request: gr.Request | None, *knobs):
             return
     yield (gallery, table, plots.compare_bars(rows, measure),
            f"Compared {len(rows)} methods on seed {run.seed}, each timed in this comparison, one after "
-           f"another; quality = {measure}.")
+           f"another. Quality: {measure}; {per_image.SHARPNESS} and {per_image.GAP} of each image against ar's "
+           f"image of this seed. {per_image.SETS}")
 
 
 def _numbers(text: str, name: str, cast, most: int = 6) -> list:
@@ -878,8 +891,9 @@ def _numbers(text: str, name: str, cast, most: int = 6) -> list:
 @GPU
 def sweep(request: gr.Request | None, taus, windows, *knobs):
     """mulo over the given taus and zipar over the given windows, other knobs as given (KNOBS order):
-    speedup in sequential passes (target + drafter) over ar against the quality proxy. Yields
-    (figure, status) before each run."""
+    speedup in sequential passes (target + drafter) over ar against prompt adherence and against the
+    log-lik gap to ar's image (each point also carries its sharpness ÷ ar). Yields (figure, status)
+    before each run."""
     session = _session(request)
     tau_list = _numbers(taus, "taus", float)
     window_list = _numbers(windows, "windows", int)
@@ -894,19 +908,21 @@ def sweep(request: gr.Request | None, taus, windows, *knobs):
         try:
             yield plots.message("running the ar baseline…"), "Running the ar baseline…"
             base = ar_baseline(run, pair, session)
-            ar_quality, measure = quality(engine.decode_image(base.tokens, pair.tokenizer), run.prompt, run.model)
+            base_img = engine.decode_image(base.tokens, pair.tokenizer)
+            ar_quality, measure = quality(base_img, run.prompt, run.model)
             if ar_quality is None:
-                raise user_error(f"the sweep plots speed against quality, which is measured for the embedded "
-                                 f"pair only; {run.model} has no quality measure")
-            points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality))
+                raise user_error(f"the sweep plots speed against prompt adherence, which is measured for the "
+                                 f"embedded pair only; {run.model} has none")
+            points.append(dict(method="ar", label="ar", speedup=1.0, quality=ar_quality, **per_image.REFERENCE))
             for n, (m, label, c) in enumerate(jobs, start=1):
                 yield plots.sweep_figure(points, measure), f"Running {m} {label} ({n} of {len(jobs)})…"
                 trace = run_stoppable(c, pair, session)
                 img = engine.decode_image(trace.tokens, pair.tokenizer)
                 kept = trace.totals["kept_fraction"]
+                q = per_image.against_ar(pair, trace, base, img, base_img)
                 points.append(dict(method=m, label=label if kept is None else f"{label}, {_fraction(kept)} kept",
-                                   speedup=speedup(trace, base)[0],
-                                   quality=quality(img, run.prompt, run.model)[0]))
+                                   speedup=speedup(trace, base)[0], quality=quality(img, run.prompt, run.model)[0],
+                                   sharpness=q["sharpness"], loglik_gap=q["loglik_gap"]))
         except Stopped:
             yield (plots.sweep_figure(points, "prompt adherence (classifier)"),
                    f"Stopped after {len(points) - 1} of {len(jobs)} settings; the figure shows those finished.")
@@ -928,9 +944,12 @@ def open_summary(path):
         result = bench.read_summary(text)
     except bench.SummaryError as e:
         raise gr.Error(f"cannot open this summary: {e}") from None
+    floors = result.get("floors") or {}
+    bounds = (f"dashed lines: its bounds (ar's noise floor ± {floors['spreads']:g} spreads, ar against ar at "
+              "other seeds)" if "fd_ar" in floors else "no bounds (a run needs at least 3 prompts)")
     return report.frontier(result), (f"Opened a precomputed sweep: {len(result['summary'])} settings on "
                                      f"{result['prompts']} prompts from seed {result['seed']} "
-                                     f"({result.get('records', '?')} runs); no model ran.")
+                                     f"({result.get('records', '?')} runs); no model ran; {bounds}.")
 
 
 def preset(name: str) -> tuple:

@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 from core.trace import PHASES
 
 from . import theme
+from .quality import GAP, SHARPNESS
 from .render import Tests, Verdict
 
 LOG_FLOOR = -4.0      # pooled mass is shown on a log10 scale clipped here (1e-4)
@@ -194,47 +195,60 @@ def _level_lanes(trace) -> list[tuple[str, list[dict]]]:
 
 
 def compare_bars(rows: list[dict], measure: str) -> go.Figure:
-    """Sequential passes (target + drafter), wall time, kept fraction and quality (named by `measure`)
-    per method, side by side."""
-    titles = ("passes (target + drafter)", "wall clock (ms)", "kept (not resampled)", measure)
-    fig = make_subplots(rows=2, cols=2, subplot_titles=titles, vertical_spacing=0.22, horizontal_spacing=0.12)
+    """Sequential passes (target + drafter), wall time, kept fraction, prompt adherence (named by
+    `measure`), sharpness ÷ ar and log-lik gap per method, side by side."""
+    panels = (("passes_total", "passes (target + drafter)"), ("wall_ms", "wall clock (ms)"),
+              ("kept_fraction", "kept (not resampled)"), ("quality", measure),
+              ("sharpness", SHARPNESS), ("loglik_gap", f"{GAP} (nats/token)"))
+    fig = make_subplots(rows=3, cols=2, subplot_titles=[t for _, t in panels], vertical_spacing=0.14,
+                        horizontal_spacing=0.12)
     methods = [r["method"] for r in rows]
-    for n, key in enumerate(("passes_total", "wall_ms", "kept_fraction", "quality")):
+    for n, (key, _) in enumerate(panels):
         vals = [(r["target_nfe"] + r["drafter_nfe"]) if key == "passes_total" else
                 (r[key] if r[key] is not None else 0) for r in rows]
         fig.add_trace(go.Bar(x=methods, y=vals, marker_color=theme.PHASES["verify"], showlegend=False,
                              hovertemplate="%{x}: %{y}<extra></extra>"), row=n // 2 + 1, col=n % 2 + 1)
     fig.update_annotations(font_size=13)
-    fig.update_layout(height=520, margin=dict(MARGIN, t=50))
+    fig.update_layout(height=760, margin=dict(MARGIN, t=50))
     return fig
 
 
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
+SWEEP_COLOURS = {"ar": theme.PHASES["decode"], "mulo": theme.ACCEPTED, "zipar": theme.PHASES["draft"]}
 
 
 def sweep_figure(points: list[dict], measure: str) -> go.Figure:
-    """Speedup in sequential passes (target + drafter) over ar (x) against a quality measure (y, named
-    by `measure`): a line per method, each point its own marker and legend entry (labels written on
-    the plot would pile up where points are close)."""
-    fig = go.Figure()
-    colours = {"ar": theme.PHASES["decode"], "mulo": theme.ACCEPTED, "zipar": theme.PHASES["draft"]}
+    """Speedup in sequential passes (target + drafter) over ar (x, shared) against prompt adherence
+    (top, named by `measure`) and against the log-lik gap to ar's image (bottom, the detail axis: ar
+    at 0, a dashed line there): a line per method, each point its own marker and legend entry
+    (labels written on the plot would pile up where points are close); the hover adds sharpness ÷ ar."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1)
+    _sweep_panel(fig, points, 1, "quality", measure)
+    _sweep_panel(fig, points, 2, "loglik_gap", f"{GAP} (nats/token)")
+    fig.add_hline(y=0.0, line_dash="dash", line_color="#666", row=2, col=1)
+    ys = [p["quality"] for p in points]
+    pad = max(0.02, (max(ys) - min(ys)) * 0.3) if ys else 0.1
+    fig.update_xaxes(type="log")
+    fig.update_layout(height=620, margin=dict(MARGIN, l=60, r=20),
+                      xaxis2_title="speedup over ar (sequential passes, target + drafter; log)",
+                      yaxis_title=measure, yaxis_range=[min(ys) - pad, max(ys) + pad] if ys else None,
+                      yaxis2_title=f"{GAP} to ar (nats/token)",
+                      title="Faster is right, better is up", legend=dict(title="one run each"))
+    return fig
+
+
+def _sweep_panel(fig: go.Figure, points: list[dict], row: int, key: str, what: str) -> None:
+    """One panel of the sweep: points[key] against speedup; the legend entries belong to the top panel."""
     for method in dict.fromkeys(p["method"] for p in points):
         pts = sorted((p for p in points if p["method"] == method), key=lambda p: p["speedup"])
-        colour = colours.get(method)
-        fig.add_trace(go.Scatter(x=[p["speedup"] for p in pts], y=[p["quality"] for p in pts], mode="lines",
+        colour = SWEEP_COLOURS.get(method)
+        fig.add_trace(go.Scatter(x=[p["speedup"] for p in pts], y=[p[key] for p in pts], mode="lines",
                                  line=dict(color=colour), showlegend=False, hoverinfo="skip",
-                                 legendgroup=method))
+                                 legendgroup=method), row=row, col=1)
         for n, p in enumerate(pts):
             name = p["label"] if method == "ar" else f"{method} {p['label']}"
             fig.add_trace(go.Scatter(
-                x=[p["speedup"]], y=[p["quality"]], mode="markers", name=name, legendgroup=method,
+                x=[p["speedup"]], y=[p[key]], mode="markers", name=name, legendgroup=method, showlegend=row == 1,
                 marker=dict(size=11, color=colour, symbol=SYMBOLS[n % len(SYMBOLS)], line=dict(width=1, color="white")),
-                hovertemplate=f"{name}<br>passes speedup %{{x:.2f}}×<br>quality %{{y:.3f}}<extra></extra>"))
-    ys = [p["quality"] for p in points]
-    pad = max(0.02, (max(ys) - min(ys)) * 0.3) if ys else 0.1
-    fig.update_layout(height=420, margin=dict(MARGIN, l=60, r=20),
-                      xaxis=dict(type="log", title="speedup over ar (sequential passes, target + drafter; log)"),
-                      yaxis_title=measure,
-                      yaxis_range=[min(ys) - pad, max(ys) + pad] if ys else None,
-                      title="Faster is right, better is up", legend=dict(title="one run each"))
-    return fig
+                hovertemplate=f"{name}<br>passes speedup %{{x:.2f}}×<br>{what} %{{y:.3f}}<br>"
+                              f"{SHARPNESS} {p['sharpness']:.2f}<extra></extra>"), row=row, col=1)

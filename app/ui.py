@@ -68,16 +68,23 @@ EXPLAIN = {
     "scrubber": "Replay the run: the canvas as it stood after each step (left, the drafter's low-resolution "
                 "grid; right, the target grid), coloured as the key under it says.",
     "compare": "Every decoding method on the same prompt, seed and knobs: final images, sequential passes "
-               "(target + drafter), wall clock, passed and kept shares and quality side by side. ar runs first "
-               "in the same comparison, so every speedup is over an ar timed in the same conditions; target "
-               "NFE alone is a detail column.",
+               "(target + drafter), wall clock, passed and kept shares and quality side by side: prompt "
+               "adherence (the embedded pair's classifier), **sharpness ÷ ar** (this image's high-frequency "
+               "energy over ar's; 1 = as sharp as ar's) and the **log-lik gap** (the target's mean "
+               "log-probability of this image's tokens minus of ar's, nats/token; 0 = as probable as the "
+               "target's own sample). ar runs first in the same comparison, so every figure is against an "
+               "ar of the same conditions; target NFE alone is a detail column.",
     "sweep": "Trade-off curve: each point is one run. Right means fewer sequential passes (target + "
-             "drafter) than ar; up means a "
-             "better image: the share of the prompt's attributes (objects, places, shapes, colours, sizes, "
-             "background) that the domain's classifier reads back from it. mulo sweeps τ, ZipAR "
+             "drafter) than ar; up means a better image. Top: prompt adherence, the share of the prompt's "
+             "attributes (objects, places, shapes, colours, sizes, background) that the domain's classifier "
+             "reads back from it. Bottom, the detail axis: the **log-lik gap** to ar's image (the target's "
+             "mean log-probability of the run's tokens minus of ar's, nats/token; ar at 0, below 0 = tokens "
+             "the target finds less probable), the price of each τ; the hover adds **sharpness ÷ ar**. "
+             "mulo sweeps τ, ZipAR "
              "sweeps its window. One seed per point: read trends, not decimals. A summary.json from "
              "`python -m core bench --out DIR` shows a large precomputed sweep's frontier instead (speedups "
-             "in sequential passes and wall-clock against adherence and Fréchet distance, means over its prompts).",
+             "in sequential passes and wall-clock against every yardstick, means over its prompts, with the "
+             "bounds of that run dashed).",
     "files": "Download the trace of the last run (JSON, schema mulo-trace/3) to share or attach to a bug "
              "report; upload a trace to replay all views without running any model.",
 }

@@ -1,11 +1,15 @@
 """The app driven over its public API with gradio_client, against an in-process server."""
 import json
+from dataclasses import replace
 
 import pytest
 from gradio_client import Client, handle_file
 
 from app import handlers as h
 from appserver import running_app
+from core import engine, likelihood
+from core.config import MethodParams
+from core.trace import Trace
 
 
 @pytest.fixture(scope="module")
@@ -16,6 +20,17 @@ def client():
 
 def knobs(**overrides):
     return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+
+
+def ar_run(**overrides) -> Trace:
+    """The ar run of the knobs' prompt, seed and sampling, made here: what the app's baseline must equal."""
+    run = h.run_config(*knobs(**overrides))
+    return engine.run(replace(run, method="ar", params=MethodParams()), engine.load_pair(run.model))
+
+
+def against_ar(trace: Trace, **overrides) -> dict:
+    """The oracle: likelihood.against_ar of a run and the ar run made here."""
+    return likelihood.against_ar(engine.load_pair(trace.model), trace, ar_run(**overrides))
 
 
 def test_the_public_endpoints_are_named(client):
@@ -70,8 +85,16 @@ def test_compare_runs_every_method_on_one_seed(client):
     assert mulo[col["passes speedup"]] == round(1024 / mulo[col["passes (target + drafter)"]], 2)
     assert mulo[col["passes (target + drafter)"]] == mulo[col["target NFE"]] + mulo[col["drafter NFE"]]
     assert mulo[col["target NFE speedup (detail)"]] > 100
-    assert all(0 <= row[col["quality"]] <= 1 for row in rows.values() if row[col["quality"]] is not None)
-    assert len(gallery) >= 3 and "Compared" in status
+    adherence = col["prompt adherence (embedded pair)"]
+    assert all(0 <= row[adherence] <= 1 for row in rows.values() if row[adherence] is not None)
+    assert len(gallery) >= 3 and "Compared" in status and "`python -m core bench`" in status
+    # quality against ar's image: ar is the reference; mulo's from likelihood.against_ar of the same runs
+    assert (rows["ar"][col["sharpness ÷ ar"]], rows["ar"][col["log-lik gap (nats/token)"]]) == (1.0, 0.0)
+    run = h.run_config(*knobs(tau=0.0))
+    want = against_ar(engine.run(run, engine.load_pair(run.model)), tau=0.0)
+    assert abs(want["sharpness"] - 1 / want["sharpness"]) > 0.05 and want["loglik_gap"] < -0.05
+    assert mulo[col["sharpness ÷ ar"]] == pytest.approx(want["sharpness"], abs=0.0051)
+    assert mulo[col["log-lik gap (nats/token)"]] == pytest.approx(want["loglik_gap"], abs=5.1e-4)
 
 
 def test_an_uploaded_trace_replays(client, tmp_path):
@@ -79,11 +102,16 @@ def test_an_uploaded_trace_replays(client, tmp_path):
     status, _, *views = client.predict(handle_file(trace_path), False, api_name="/replay")
     assert "no model ran" in status and "zipar" in status and "no ar baseline" in status
     v = dict(zip(h.VIEWS, views))
-    assert "wall clock: no ar run to compare" in v["stats"]
-    # the page offers to time one: the replayed run gets its ar baseline and a wall-clock ratio
+    assert "wall clock: no ar run to compare" in v["stats"] and "sharpness ÷ ar" not in v["stats"]
+    # the page offers to time one: the replayed run gets its ar baseline, a wall-clock ratio and its quality
     status, *views = client.predict(False, api_name="/baseline")
     v = dict(zip(h.VIEWS, views))
     assert "ar baseline timed" in status and "× wall clock" in v["stats"] and "a rough ratio" in v["stats"]
+    with open(trace_path) as f:
+        want = against_ar(Trace.from_json(f.read()), method="zipar", window=16)
+    gap = f"{want['loglik_gap']:.2f}".replace("-", "−")
+    assert f"**sharpness ÷ ar {want['sharpness']:.2f}**" in v["stats"]
+    assert f"**log-lik gap {gap} nats/token**" in v["stats"]
 
 
 def test_bad_input_comes_back_as_an_error_and_the_app_stays_up(client, tmp_path):
@@ -103,7 +131,7 @@ def test_the_sweep_tab_opens_a_precomputed_summary_and_refuses_a_malformed_one(c
     assert fig["type"] == "plotly" and "Speed–quality frontier" in fig["plot"]
     assert status.startswith("Opened a precomputed sweep: 3 settings on 3 prompts") and "no model ran" in status
     bad = tmp_path / "summary.json"
-    bad.write_text('{"schema": "mulo-bench/1", "summary": {"mulo": {"method": "mulo", "passes": "many"}}}')
+    bad.write_text('{"schema": "mulo-bench/2", "summary": {"mulo": {"method": "mulo", "passes": "many"}}}')
     with pytest.raises(Exception, match="cannot open this summary: the figures of 'mulo' lack passes_speedup"):
         client.predict(handle_file(str(bad)), api_name="/open_summary")
 

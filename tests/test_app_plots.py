@@ -517,9 +517,12 @@ def test_a_drafter_with_a_method_of_its_own_has_two_lanes_and_no_cascade(tiny_pa
 
 # ------------------------------------------------------------------------------ comparison bars, sweep
 
-ROWS = [dict(method="ar", target_nfe=256.0, drafter_nfe=0.0, wall_ms=900.0, kept_fraction=None, quality=0.61),
-        dict(method="mulo", target_nfe=12.0, drafter_nfe=64.0, wall_ms=210.5, kept_fraction=0.93, quality=0.58),
-        dict(method="zipar", target_nfe=40.0, drafter_nfe=3.0, wall_ms=333.0, kept_fraction=1.0, quality=None)]
+ROWS = [dict(method="ar", target_nfe=256.0, drafter_nfe=0.0, wall_ms=900.0, kept_fraction=None, quality=0.61,
+             sharpness=1.0, loglik_gap=0.0),
+        dict(method="mulo", target_nfe=12.0, drafter_nfe=64.0, wall_ms=210.5, kept_fraction=0.93, quality=0.58,
+             sharpness=0.38, loglik_gap=-3.37),
+        dict(method="zipar", target_nfe=40.0, drafter_nfe=3.0, wall_ms=333.0, kept_fraction=1.0, quality=None,
+             sharpness=1.12, loglik_gap=0.04)]
 
 
 def panel_title(fig, bar):
@@ -535,26 +538,42 @@ def panel_title(fig, bar):
 def test_compare_bars_put_each_row_s_numbers_under_their_panel_s_title():
     fig = plots.compare_bars(ROWS, "FD")
     want = {"passes (target + drafter)": [256.0, 76.0, 43.0], "wall clock (ms)": [900.0, 210.5, 333.0],
-            "kept (not resampled)": [0, 0.93, 1.0], "FD": [0.61, 0.58, 0]}
+            "kept (not resampled)": [0, 0.93, 1.0], "FD": [0.61, 0.58, 0],
+            "sharpness ÷ ar": [1.0, 0.38, 1.12], "log-lik gap (nats/token)": [0.0, -3.37, 0.04]}
     got = {}
     for bar in fig.data:
         assert bar.type == "bar" and list(bar.x) == ["ar", "mulo", "zipar"]
         assert "%{x}" in bar.hovertemplate and "%{y}" in bar.hovertemplate       # the hover reads the value
         got[panel_title(fig, bar)] = [float(y) for y in bar.y]
     assert got == want
-    assert len({(b.xaxis, b.yaxis) for b in fig.data}) == 4           # four panels, one each
-    assert sorted(k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")) == ["xaxis", "xaxis2", "xaxis3", "xaxis4"]
+    assert len({(b.xaxis, b.yaxis) for b in fig.data}) == 6           # six panels, one each
+    assert sorted(k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")) == \
+        ["xaxis", "xaxis2", "xaxis3", "xaxis4", "xaxis5", "xaxis6"]
+
+
+AR_POINT = dict(method="ar", speedup=1.0, quality=0.5, label="ar", sharpness=1.0, loglik_gap=0.0)
+SWEEP = [dict(method="mulo", speedup=3.0, quality=0.5, label="τ=0.01", sharpness=0.7, loglik_gap=-0.8),
+         dict(method="ar", speedup=1.0, quality=0.62, label="ar", sharpness=1.0, loglik_gap=0.0),
+         dict(method="mulo", speedup=1.5, quality=0.6, label="τ=0", sharpness=0.4, loglik_gap=-3.4),
+         dict(method="zipar", speedup=2.0, quality=0.55, label="w=4", sharpness=1.1, loglik_gap=0.05),
+         dict(method="mulo", speedup=6.0, quality=0.3, label="τ=0.1", sharpness=0.9, loglik_gap=-0.2)]
+
+
+def sweep_panel(fig, yaxis: str, mode: str) -> list:
+    """The traces of one sweep panel ('y' top, 'y2' bottom) drawn in `mode`."""
+    return [d for d in fig.data if d.mode == mode and d.yaxis == yaxis]
+
+
+def point(d) -> dict:
+    """The sweep point a marker trace draws, found by its legend name (what the user reads)."""
+    return next(p for p in SWEEP if d.name == (p["label"] if p["method"] == "ar" else f"{p['method']} {p['label']}"))
 
 
 def test_sweep_puts_every_run_at_its_speedup_and_quality_with_its_label():
-    points = [dict(method="mulo", speedup=3.0, quality=0.5, label="τ=0.01"),
-              dict(method="ar", speedup=1.0, quality=0.62, label="ar"),
-              dict(method="mulo", speedup=1.5, quality=0.6, label="τ=0"),
-              dict(method="zipar", speedup=2.0, quality=0.55, label="w=4"),
-              dict(method="mulo", speedup=6.0, quality=0.3, label="τ=0.1")]
+    points = SWEEP
     fig = plots.sweep_figure(points, "prompt adherence")
-    lines = [d for d in fig.data if d.mode == "lines"]
-    marks = [d for d in fig.data if d.mode == "markers"]
+    lines = sweep_panel(fig, "y", "lines")
+    marks = sweep_panel(fig, "y", "markers")
     assert [d.legendgroup for d in lines] == ["mulo", "ar", "zipar"]         # methods in order of first appearance
     for line in lines:
         pts = sorted((p for p in points if p["method"] == line.legendgroup), key=lambda p: p["speedup"])
@@ -576,8 +595,31 @@ def test_sweep_puts_every_run_at_its_speedup_and_quality_with_its_label():
     assert lo < 0.3 and hi > 0.62
 
 
+def test_the_sweep_s_second_panel_puts_every_run_at_its_speedup_and_log_lik_gap():
+    """The detail axis: same x as the top panel, y = each point's gap (not its adherence or sharpness),
+    ar at 0 on a dashed line; the hover names each point's sharpness ÷ ar; one legend entry per run."""
+    fig = plots.sweep_figure(SWEEP, "prompt adherence")
+    marks, lines = sweep_panel(fig, "y2", "markers"), sweep_panel(fig, "y2", "lines")
+    assert len(marks) == len(SWEEP) and len(sweep_panel(fig, "y", "markers")) == len(SWEEP)
+    for m in marks:
+        p = point(m)
+        assert (m.x[0], m.y[0]) == (p["speedup"], p["loglik_gap"]) and m.xaxis == "x2"
+        assert m.showlegend is False and f"sharpness ÷ ar {p['sharpness']:.2f}" in m.hovertemplate
+        assert "log-lik gap (nats/token) %{y:.3f}" in m.hovertemplate
+    assert point(next(m for m in marks if m.name == "ar"))["loglik_gap"] == 0.0
+    for line in lines:
+        pts = sorted((p for p in SWEEP if p["method"] == line.legendgroup), key=lambda p: p["speedup"])
+        assert list(line.y) == [p["loglik_gap"] for p in pts]
+    top = {m.name: m for m in sweep_panel(fig, "y", "markers")}
+    assert all(f"sharpness ÷ ar {point(m)['sharpness']:.2f}" in m.hovertemplate for m in top.values())
+    assert fig.layout.yaxis2.title.text.startswith("log-lik gap") and fig.layout.xaxis2.type == "log"
+    assert fig.layout.xaxis2.matches == "x" or fig.layout.xaxis.matches == "x2"     # one speed axis
+    assert [(s.y0, s.y1, s.line.dash) for s in fig.layout.shapes] == [(0.0, 0.0, "dash")]
+    assert fig.layout.shapes[0].yref == "y2"
+
+
 def test_sweep_of_one_quality_still_has_a_range_around_it_and_none_when_empty():
-    fig = plots.sweep_figure([dict(method="ar", speedup=1.0, quality=0.5, label="ar")], "q")
+    fig = plots.sweep_figure([AR_POINT], "q")
     lo, hi = fig.layout.yaxis.range
     assert lo < 0.5 < hi
     empty = plots.sweep_figure([], "q")
@@ -585,8 +627,8 @@ def test_sweep_of_one_quality_still_has_a_range_around_it_and_none_when_empty():
 
 
 def test_more_points_than_symbols_reuse_the_symbols_in_order():
-    points = [dict(method="mulo", speedup=float(n + 1), quality=0.5, label=str(n)) for n in range(10)]
-    marks = [d for d in plots.sweep_figure(points, "q").data if d.mode == "markers"]
+    points = [dict(AR_POINT, method="mulo", speedup=float(n + 1), label=str(n)) for n in range(10)]
+    marks = sweep_panel(plots.sweep_figure(points, "q"), "y", "markers")
     assert [m.marker.symbol for m in marks] == [plots.SYMBOLS[n % len(plots.SYMBOLS)] for n in range(10)]
     assert len(set(plots.SYMBOLS)) == len(plots.SYMBOLS)
 
@@ -604,7 +646,7 @@ def test_every_figure_has_an_explicit_height(mulo_trace, baseline):
     tests = render.Tests(np.array([[0.1, 0.9]]), np.array([[False, True]]), np.array([[True, False]]), "r")
     figs = [plots.message("x"), plots.heatmap(mulo_trace, v), plots.heatmap(SimpleNamespace(method="sd"), None, tests),
             plots.heatmap(SimpleNamespace(method="ar"), None, None), plots.timeline(mulo_trace, baseline),
-            plots.compare_bars(ROWS, "FD"), plots.sweep_figure([dict(method="ar", speedup=1.0, quality=0.5, label="ar")], "q"),
+            plots.compare_bars(ROWS, "FD"), plots.sweep_figure([AR_POINT], "q"),
             plots.sweep_figure([], "q")]
     for fig in figs:
         assert isinstance(fig.layout.height, int) and fig.layout.height > 0

@@ -11,7 +11,8 @@ import torch
 
 from app import handlers as h
 from app import plots, render, theme
-from core import engine
+from core import engine, likelihood
+from core.config import MethodParams
 from core.embedded.domain import parse_prompt
 from core.trace import Trace
 
@@ -340,10 +341,23 @@ def test_sweep_plots_speedup_against_quality_for_mulo_and_zipar():
     mulo = [t for t in fig.data if t.name and t.name.startswith("mulo")][0]
     # tau = 0: one verify pass, but the drafter's 256 serial passes count too (r = 2)
     assert 1 < mulo.x[0] <= 1024 / 256
-    assert "sequential passes, target + drafter" in fig.layout.xaxis.title.text
-    assert all(0.0 <= y <= 1.0 for t in fig.data for y in t.y)
+    assert "sequential passes, target + drafter" in fig.layout.xaxis2.title.text
+    assert all(0.0 <= y <= 1.0 for t in fig.data if t.yaxis == "y" for y in t.y)
     assert fig.layout.yaxis.title.text == "prompt adherence (classifier)"
     assert "Swept 2 settings" in status
+    # the detail axis: each point's log-lik gap against ar's image, from likelihood.against_ar of the
+    # same runs made here (ar at 0); the hover gives its sharpness ÷ ar
+    pair = engine.load_pair("embedded")
+    run = h.run_config(*knobs())
+    ar = engine.run(dataclasses.replace(run, method="ar", params=MethodParams()), pair)
+    gaps = {t.name: t for t in fig.data if t.yaxis == "y2" and t.mode == "markers"}
+    for name, cfg in (("mulo τ=0, 100.0% kept", run.with_params(tau=0.0)),
+                      ("zipar w=16", dataclasses.replace(run, method="zipar").with_params(window=16))):
+        want = likelihood.against_ar(pair, engine.run(cfg, pair), ar)
+        assert gaps[name].y[0] == pytest.approx(want["loglik_gap"], abs=1e-9), name
+        assert gaps[name].x[0] == [t for t in fig.data if t.name == name and t.yaxis == "y"][0].x[0]
+        assert f"sharpness ÷ ar {want['sharpness']:.2f}" in gaps[name].hovertemplate
+    assert gaps["mulo τ=0, 100.0% kept"].y[0] < -0.05 and gaps["ar"].y[0] == 0.0
 
 
 def _official_files(folder, pair: str, t5: bool = True):

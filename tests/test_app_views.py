@@ -1,4 +1,5 @@
-"""The views carry the trace's numbers to the right cells: heatmap, cell card, and the FD they report.
+"""The views carry the trace's numbers to the right cells: heatmap, cell card, the FD they report, and
+the headline's quality against ar's image (checked against core.likelihood.against_ar of the two traces).
 
 Traces come from the tiny random pair (fast, and sharp enough to reject); multi-band and raster runs
 make band offsets and cells judged more than once matter. The expected value of every cell is
@@ -14,7 +15,7 @@ import pytest
 
 from app import handlers as h
 from app import plots, render, theme
-from core import engine
+from core import engine, likelihood
 from core.embedded import family
 from core.config import RunConfig
 
@@ -141,11 +142,12 @@ def test_frechet_distance_is_finite_zero_for_the_reference_itself_and_positive_f
 
 
 def test_the_bench_table_never_prints_nan_for_fd():
-    """FD needs 3 prompts or more (nan below): the table says '-' instead."""
+    """FD and detail FD need 3 prompts or more (nan below): the table says '-' instead."""
     from core import bench
     row = dict(method="ar", target_nfe=1024.0, drafter_nfe=0.0, passes=1024.0, wall_ms=1.0, passes_speedup=1.0,
                wall_speedup=1.0, target_nfe_speedup=1.0, passed=None, kept=None, fed_per_pass=1.0,
-               phase_ms={p: 0.0 for p in bench.PHASES}, adherence=1.0, frechet=float("nan"))
+               phase_ms={p: 0.0 for p in bench.PHASES}, adherence=1.0, frechet=float("nan"), fd_ar=float("nan"),
+               sharpness=1.0, loglik_gap=0.0)
     assert "nan" not in bench.table(dict(prompts=1, seed=0, specs=["ar"], summary={"ar": row})).lower()
 
 
@@ -210,3 +212,72 @@ def test_runs_without_a_cascade_hide_the_level_rows(tiny_pair, params):
     v = dict(zip(h.VIEWS, h.views(state)))
     for n in h.CASCADE_ROWS:
         assert all(v[f"level{n}{name}"] in (None, "") for name in h.LEVEL_VIEWS)
+
+
+# ------------------------------------------------------------------------------ quality in the headline
+
+def knobs(**overrides):
+    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+
+
+@pytest.fixture(scope="module")
+def generated():
+    """The state a Generate of mulo at τ = 0 leaves (the up-sampled draft, far from ar's image), its
+    ar baseline included."""
+    return list(h.generate(None, False, *knobs(tau=0.0)))[-1][0]
+
+
+def quality_said(stats: str) -> dict:
+    """The numbers the Run tab's headline block gives for quality against ar (the line and the table rows)."""
+    num = lambda text: float(text.replace("−", "-"))  # noqa: E731
+    line = next(p for p in stats.split("\n\n") if p.startswith("Quality against ar's image of this prompt and seed"))
+    rows = {r.split(" | ")[0].strip("| "): r.strip("| ").split(" | ")[1:] for r in stats.splitlines() if r.startswith("| ")}
+    return dict(sharpness=num(re.search(r"\*\*sharpness ÷ ar ([−\d.]+)\*\*", line).group(1)),
+                gap=num(re.search(r"\*\*log-lik gap ([−\d.]+) nats/token\*\*", line).group(1)),
+                rows=[(num(a), num(b)) for a, b in (rows["sharpness ÷ ar"], rows["target log-lik per token (nats)"])])
+
+
+def assert_said(stats: str, want: dict):
+    """The headline's figures are `want`'s at the printed digits: the line, and both columns of the table."""
+    said = quality_said(stats)
+    assert said["sharpness"] == pytest.approx(want["sharpness"], abs=0.0051)
+    assert said["gap"] == pytest.approx(want["loglik_gap"], abs=0.0051)
+    (s_run, s_ar), (ll_run, ll_ar) = said["rows"]
+    assert s_run == pytest.approx(want["sharpness"], abs=0.0051) and s_ar == 1.0
+    assert (ll_run, ll_ar) == (pytest.approx(want["loglik"], abs=5.1e-4), pytest.approx(want["ar_loglik"], abs=5.1e-4))
+
+
+def test_the_headline_gives_the_image_s_sharpness_and_log_lik_gap_against_ar_s(generated):
+    """Oracle: likelihood.against_ar of the run and its baseline, computed here (not the state read back)."""
+    want = likelihood.against_ar(engine.load_pair("embedded"), generated["trace"], generated["baseline"])
+    # a swapped ratio, a flipped sign or swapped columns would be seen at the printed digits
+    assert abs(want["sharpness"] - 1 / want["sharpness"]) > 0.05 and want["loglik_gap"] < -0.05
+    stats = dict(zip(h.VIEWS, h.views(generated)))["stats"]
+    assert stats.index("fewer sequential passes") < stats.index("Quality against ar's image")
+    assert_said(stats, want)
+    assert "0 = as probable as the target's own sample" in stats and "1 = as sharp as ar's" in stats
+
+
+def test_a_re_render_reads_the_quality_kept_in_the_state_and_runs_no_model(generated, monkeypatch):
+    def no_model(*_, **__):
+        raise AssertionError("views ran the target")
+    shown = dict(zip(h.VIEWS, h.views(generated)))["stats"]
+    monkeypatch.setattr(likelihood, "token_logprobs", no_model)
+    monkeypatch.setattr(engine, "stream", no_model)
+    assert dict(zip(h.VIEWS, h.views(generated, True)))["stats"] == shown
+
+
+def test_ar_itself_and_a_replay_without_a_baseline_say_nothing_of_quality(generated):
+    ar = list(h.generate(None, False, *knobs(method="ar")))[-1][0]
+    assert ar["quality"] is None
+    for state in (ar, {"trace": generated["trace"], "baseline": None}):
+        stats = dict(zip(h.VIEWS, h.views(state)))["stats"]
+        assert "sharpness" not in stats and "log-lik" not in stats
+
+
+def test_a_replayed_run_gets_its_quality_with_its_baseline(generated):
+    """The add-baseline handler measures quality once the replayed trace has an ar run to be judged against."""
+    new, status, *shown = list(h.add_baseline(None, {"trace": generated["trace"], "baseline": None}))[-1]
+    assert "ar baseline timed" in status
+    want = likelihood.against_ar(engine.load_pair("embedded"), generated["trace"], new["baseline"])
+    assert_said(dict(zip(h.VIEWS, shown))["stats"], want)
