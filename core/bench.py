@@ -21,15 +21,18 @@ from typing import Callable
 
 import numpy as np
 
-from . import engine
+from . import engine, likelihood, yardsticks
 from .config import MethodParams, RunConfig, SamplingConfig
 from .distributed import Ranks, barrier, broadcast, shard
 from .embedded import family
-from .embedded.evaluate import heldout, read_images, set_frechet
+from .embedded.evaluate import heldout, read_images, reference_features
+from .embedded.evaluation import frechet_distance
 from .runfolder import SCHEMA, RunFolder, RunFolderError, record_key
 from .trace import PHASES, SCHEMA as TRACE_SCHEMA
 
 RECORD_SCHEMA = f"{SCHEMA}+{TRACE_SCHEMA}"  # a record measured by other code is measured again
+REFERENCE = "reference"          # ar on the same prompts at other seeds: what the target itself draws
+REFERENCE_SEED = 1_000_003       # the reference of prompt i is drawn at seed + i + REFERENCE_SEED
 _PARAM_TYPES = {f.name: f.type for f in dataclasses.fields(MethodParams)}
 _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingConfig)}
 
@@ -67,7 +70,7 @@ def run_config(configs: list[tuple[str, RunConfig]], n_prompts: int, seed: int) 
     """What a run folder holds: a rerun with a different one is refused."""
     base = configs[0][1]
     return dict(schema=SCHEMA, record_schema=RECORD_SCHEMA, model=base.model, prompts=n_prompts, seed=seed,
-                specs=[label for label, _ in configs],
+                specs=[label for label, _ in configs], reference_seed=REFERENCE_SEED,
                 base=dict(sampling=dataclasses.asdict(base.sampling), params=dataclasses.asdict(base.params)))
 
 
@@ -100,12 +103,14 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
         folder.claim(run_config(configs, n_prompts, seed), write=False)
     scenes = heldout(n_prompts)
     model = configs[0][1].model
+    ar_cfg = next(cfg for _, cfg in configs if cfg.method == "ar")
     want = {i: [(label, dataclasses.replace(cfg, prompt=scenes[i].caption(), seed=seed + i)) for label, cfg in configs]
+            + [(REFERENCE, dataclasses.replace(ar_cfg, prompt=scenes[i].caption(), seed=seed + i + REFERENCE_SEED))]
             for i in range(n_prompts)}
     keys = {_key(label, c, model) for runs in want.values() for label, c in runs}
     done = folder.records()
     todo = [(i, label, c) for i in shard(n_prompts, ranks) for label, c in want[i] if _key(label, c, model) not in done]
-    total = len(keys) if ranks.main else len(shard(n_prompts, ranks)) * len(configs)
+    total = len(keys) if ranks.main else len(shard(n_prompts, ranks)) * (len(configs) + 1)
     count = (lambda: len(keys & folder.records().keys())) if ranks.main else \
         (lambda: total - len(todo) + measured)
     measured = 0
@@ -130,7 +135,7 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
         return None
     records = folder.records()
     by_spec = {label: [records[_key(label, c, model)] for i in range(n_prompts) for lb, c in want[i] if lb == label]
-               for label, _ in configs}
+               for label in [lb for lb, _ in configs] + [REFERENCE]}
     result = merge(configs, by_spec, scenes, seed, family.load_classifier() if model == "embedded" else None)
     folder.write_summary(result)
     return result
@@ -141,35 +146,64 @@ def _key(label: str, c: RunConfig, model: str) -> tuple:
 
 
 def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> dict:
-    """One record: run the spec on one prompt and seed, time it, read its image back."""
+    """One record: run the spec on one prompt and seed, time it, read its image back, and take what
+    the yardsticks need (detail features, high-frequency energy, the target's log-likelihood of the
+    tokens; an ar record also measures its image blurred, the negative control)."""
     t0 = time.perf_counter()
     tr = engine.run(c, pair)
     wall = (time.perf_counter() - t0) * 1000.0
-    adh, feats = read_images([engine.decode_image(tr.tokens, pair.tokenizer)], [scene], clf) if clf else ([None], [None])
-    return dict(spec=label, method=c.method, prompt_index=i, prompt=c.prompt, seed=c.seed, model=pair.name,
-                schema=RECORD_SCHEMA, worker=worker, target_nfe=tr.totals["target_nfe"],
-                drafter_nfe=tr.totals["drafter_nfe"], wall_ms=wall, passed=tr.totals["passed_fraction"],
-                kept=tr.totals["kept_fraction"],
-                phase_ms={p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES},
-                level_nfe=tr.totals["level_nfe"],
-                level_ms=[sum(s["wall_ms"] for s in tr.steps if s.get("level", 0) == lv)
-                          for lv in range(len(tr.totals["level_nfe"]))],
-                target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target"),
-                adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens)
+    image = engine.decode_image(tr.tokens, pair.tokenizer)
+    adh, feats = read_images([image], [scene], clf) if clf else ([None], [None])
+    record = dict(spec=label, method=c.method, prompt_index=i, prompt=c.prompt, seed=c.seed, model=pair.name,
+                  schema=RECORD_SCHEMA, worker=worker, target_nfe=tr.totals["target_nfe"],
+                  drafter_nfe=tr.totals["drafter_nfe"], wall_ms=wall, passed=tr.totals["passed_fraction"],
+                  kept=tr.totals["kept_fraction"],
+                  phase_ms={p: sum(s["wall_ms"] for s in tr.steps if s["phase"] == p) for p in PHASES},
+                  level_nfe=tr.totals["level_nfe"],
+                  level_ms=[sum(s["wall_ms"] for s in tr.steps if s.get("level", 0) == lv)
+                            for lv in range(len(tr.totals["level_nfe"]))],
+                  target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target"),
+                  adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens,
+                  **_yardstick_inputs(image, tr.tokens, c, pair))
+    if c.method == "ar" and label != REFERENCE:
+        blurred = yardsticks.blur(image)
+        record["blur"] = _yardstick_inputs(blurred, encode_image(blurred, pair.tokenizer), c, pair)
+    return record
+
+
+def _yardstick_inputs(image, tokens, c: RunConfig, pair) -> dict:
+    ll = likelihood.loglik(pair, c.prompt, tokens, c.sampling)
+    return dict(detail=yardsticks.detail_features(image).tolist(), energy=yardsticks.laplacian_energy(image),
+                loglik=ll["loglik"], impossible=ll["impossible"])
+
+
+def encode_image(image: np.ndarray, tokenizer) -> np.ndarray:
+    """(S, S, 3) uint8 -> (H, W) token grid: the tokenizer's codes of an image (the blurred control's tokens)."""
+    import torch
+    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float()[None] / 127.5 - 1.0
+    with torch.inference_mode():
+        return tokenizer.encode(x.to(next(tokenizer.parameters()).device))[0].cpu().numpy()
 
 
 def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], scenes, seed: int, clf) -> dict:
-    """The summary of complete records (by spec, in prompt order): means, ratios against ar on the same
-    prompts and seeds, adherence, and the Fréchet distance of each spec's whole set (quality is None for
-    a pair the embedded domain's classifier cannot read, clf None)."""
+    """The summary of complete records (by spec, in prompt order, the reference among them): means,
+    ratios against ar on the same prompts and seeds, and quality: adherence and the Fréchet distance to
+    the data (None for a pair the embedded domain's classifier cannot read, clf None), and the
+    yardsticks against the target's own samples (core.yardsticks) with their noise floors, bounds, the
+    verdict of each spec and of the blurred control."""
     ar_label = next(label for label, c in configs if c.method == "ar")
-    ar = by_spec[ar_label]
+    ar, ref = by_spec[ar_label], by_spec[REFERENCE]
     ar_passes = np.mean([r["target_nfe"] + r["drafter_nfe"] for r in ar])
+    data_feats = reference_features(scenes, clf) if clf is not None and len(scenes) > 2 else None
+    sets = {label: _set_of(rs, data_feats) for label, rs in by_spec.items()}
+    floors = yardsticks.floors(sets[ar_label], sets[REFERENCE])
+    figures = lambda s: _figures(s, sets[ar_label], sets[REFERENCE])  # noqa: E731
     summary = {}
     for label, cfg in configs:
         rs = by_spec[label]
         mean = lambda key: float(np.mean([r[key] for r in rs]))  # noqa: E731
         passes = float(np.mean([r["target_nfe"] + r["drafter_nfe"] for r in rs]))
+        quality = figures(sets[label])
         summary[label] = dict(
             method=cfg.method, target_nfe=mean("target_nfe"), drafter_nfe=mean("drafter_nfe"), passes=passes,
             wall_ms=mean("wall_ms"), passes_speedup=float(ar_passes / passes),
@@ -180,13 +214,38 @@ def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], 
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
             level_nfe=np.mean([r["level_nfe"] for r in rs], axis=0).tolist(),   # passes per level (0 target)
             level_ms=np.mean([r["level_ms"] for r in rs], axis=0).tolist(),     # timed ms per level
-            adherence=_mean_or_none([r["adherence"] for r in rs]),
-            frechet=None if clf is None or len(scenes) < 3 else  # FD is not measured below 3 prompts
-            set_frechet(np.array([r["features"] for r in rs], dtype=np.float32), scenes, clf))
+            **quality, impossible=mean("impossible"), inside=yardsticks.inside(quality, floors))
+    blurred = figures(_set_of([dict(r["blur"], adherence=None, features=None) for r in ar], None))
     workers = sorted({r["worker"] for rs in by_spec.values() for r in rs})
     return dict(schema=SCHEMA, model=configs[0][1].model, prompts=len(scenes), seed=seed,
                 specs=[label for label, _ in configs], workers=workers,
-                records=sum(len(rs) for rs in by_spec.values()), summary=summary)
+                records=sum(len(rs) for rs in by_spec.values()), summary=summary,
+                floors=dict(floors, reference_seed=REFERENCE_SEED, spreads=yardsticks.FLOOR_SPREADS,
+                            reference=figures(sets[REFERENCE])),
+                controls=dict(blur=dict(blurred, sigma_px=yardsticks.BLUR_SIGMA, inside=yardsticks.inside(blurred, floors))))
+
+
+def _set_of(rs: list[dict], data_feats) -> dict:
+    """A spec's records as the arrays the yardsticks read (in prompt order)."""
+    adh = [r["adherence"] for r in rs]
+    feats = [r["features"] for r in rs]
+    out = dict(detail=np.array([r["detail"] for r in rs], dtype=np.float64), energy=np.array([r["energy"] for r in rs]),
+               loglik=np.array([r["loglik"] for r in rs]), adherence=None if None in adh else np.array(adh),
+               data_fd=None)
+    if data_feats is not None and None not in feats:
+        f = np.array(feats, dtype=np.float64)
+        out["data_fd"] = lambda ix: frechet_distance(f[ix], data_feats[ix])
+    return out
+
+
+def _figures(s: dict, ar: dict, ref: dict) -> dict:
+    """Every quality figure of one set against ar (same prompts and seeds) and the reference."""
+    n = len(s["energy"])
+    return dict(adherence=None if s["adherence"] is None else float(np.mean(s["adherence"])),
+                frechet=None if s["data_fd"] is None else s["data_fd"](np.arange(n)),
+                fd_ar=yardsticks.fd_to_reference(s["detail"], ref["detail"]),
+                sharpness=yardsticks.sharpness_ratio(s["energy"], ar["energy"]),
+                loglik=float(np.mean(s["loglik"])), loglik_gap=float(np.mean(s["loglik"] - ar["loglik"])))
 
 
 def wall_speedup(ar: list[dict], rs: list[dict]) -> float:
@@ -216,7 +275,8 @@ class SummaryError(ValueError):
 
 
 SUMMARY_FIELDS = ("method", "passes", "passes_speedup", "wall_ms", "wall_speedup", "target_nfe", "drafter_nfe",
-                  "adherence", "frechet", "phase_ms")
+                  "adherence", "frechet", "fd_ar", "sharpness", "loglik_gap", "phase_ms")
+QUALITY_FIELDS = ("adherence", "frechet", "fd_ar", "sharpness", "loglik_gap")  # None where not measured
 
 
 def read_summary(text: str | bytes) -> dict:
@@ -237,25 +297,58 @@ def read_summary(text: str | bytes) -> dict:
         if missing:
             raise SummaryError(f"the figures of {label!r} lack {', '.join(missing)}")
         bad = [k for k in SUMMARY_FIELDS[1:-1] if not isinstance(s[k], (int, float))
-               and not (k in ("adherence", "frechet") and s[k] is None)]
+               and not (k in QUALITY_FIELDS and s[k] is None)]
         if bad:
             raise SummaryError(f"the figures of {label!r} are not numbers: {', '.join(bad)}")
     return d
 
 
 def table(result: dict) -> str:
-    """Headline first: sequential passes (target + drafter) and wall-clock, each as a ratio to ar."""
+    """Headline first: sequential passes (target + drafter) and wall-clock, each as a ratio to ar; then
+    quality: adherence, FD to the data, detail FD to ar's samples, sharpness ÷ ar, log-lik gap, and
+    whether the spec is inside every bound (yes / no / - when the run is too small to have bounds)."""
     head = (f"{'method':<34}{'passes':>7}{'pass x':>7}{'wall s':>8}{'wall x':>7}{'tgt NFE':>8}{'drf NFE':>8}"
-            f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}  per-phase ms "
+            f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}{'FD ar':>7}{'sharp':>6}"
+            f"{'ll gap':>7}{'inside':>7}  per-phase ms "
             f"({'/'.join(p[:6] for p in PHASES)})  passes per level (0 target/1 drafter/2 ...)")
     lines = [head, "-" * len(head)]
     num = lambda x, digits: "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"  # noqa: E731
     frac = lambda x: num(x, 2)  # noqa: E731
+    verdict = lambda s: {True: "yes", False: "no"}.get((s.get("inside") or {}).get("all"), "-")  # noqa: E731
     for label, s in result["summary"].items():
         ph = "/".join(f"{s['phase_ms'][p]:.0f}" for p in PHASES)
         lines.append(f"{label:<34}{s['passes']:>7.0f}{s['passes_speedup']:>7.2f}{s['wall_ms'] / 1000:>8.2f}"
                      f"{s['wall_speedup']:>7.2f}{s['target_nfe']:>8.0f}{s['drafter_nfe']:>8.0f}"
                      f"{s['target_nfe_speedup']:>7.2f}{s['fed_per_pass']:>7.1f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
-                     f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}  {ph}  "
+                     f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}{num(s['fd_ar'], 2):>7}"
+                     f"{num(s['sharpness'], 2):>6}{num(s['loglik_gap'], 3):>7}{verdict(s):>7}  {ph}  "
                      + "/".join(f"{n:.0f}" for n in s.get("level_nfe", [])))
+    lines += ["", floors_text(result)]
     return "\n".join(lines)
+
+
+def floors_text(result: dict) -> str:
+    """The noise floors and bounds in words, and the blurred control's figures."""
+    f = result.get("floors") or {}
+    if "fd_ar" not in f:
+        return "bounds: none (a run needs at least 3 prompts for noise floors)"
+    k = f["spreads"]
+    out = [f"noise floors (reference = ar at seeds + {f['reference_seed']}; bound = floor ± {k:g} spreads):",
+           f"  FD to ar's samples: floor {f['fd_ar']['value']:.2f} ± {f['fd_ar']['spread']:.2f} -> bound <= "
+           f"{f['fd_ar']['high']:.2f}",
+           f"  sharpness ÷ ar: floor {f['sharpness']['value']:.3f} (log spread {f['sharpness']['spread']:.3f}) -> "
+           f"bound {f['sharpness']['low']:.3f} .. {f['sharpness']['high']:.3f}",
+           f"  log-lik gap (nats/token): floor {f['loglik_gap']['value']:+.3f} ± {f['loglik_gap']['spread']:.3f} -> "
+           f"bound {f['loglik_gap']['low']:+.3f} .. {f['loglik_gap']['high']:+.3f}"]
+    if "adherence" in f:
+        out.append(f"  adherence: floor {f['adherence']['value']:+.3f} ± {f['adherence']['spread']:.3f} -> bound >= "
+                   f"{f['adherence']['low']:.3f}")
+    if "frechet" in f:
+        out.append(f"  FD to the data: ar {f['frechet']['value']:.2f} ± {f['frechet']['spread']:.2f} -> bound <= "
+                   f"{f['frechet']['high']:.2f}")
+    b = (result.get("controls") or {}).get("blur")
+    if b:
+        verdict = {True: "INSIDE (the yardsticks cannot see blur!)", False: "outside", None: "-"}[b["inside"]["all"]]
+        out.append(f"control: ar blurred (Gaussian {b['sigma_px']:g} px): FD ar {b['fd_ar']:.2f}, sharpness "
+                   f"{b['sharpness']:.3f}, log-lik gap {b['loglik_gap']:+.3f} -> {verdict}")
+    return "\n".join(out)

@@ -320,8 +320,9 @@ def _report(args) -> int:
             svg = report.frontier_svg(result, args.family)
             write_atomic(Path(args.svg), lambda tmp: Path(tmp).write_text(svg, encoding="utf-8"))
             print(f"wrote {args.svg}")
-            print(f"{sum(meets.values())} of {len(meets)} {args.family} specs meet adherence >= ar - 0.01 and "
-                  f"FD <= ar + 0.3; the most sequential-pass speedup among them: {best or 'none'}")
+            print(f"{sum(meets.values())} of {len(meets)} {args.family} specs are inside every bound (each "
+                  f"yardstick within {result['floors']['spreads']:g} spreads of its noise floor); the fewest "
+                  f"sequential passes among them: {best or 'none'}")
     except (SummaryError, OSError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2

@@ -15,7 +15,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .bench import SummaryError, read_summary
+from .bench import SummaryError, floors_text, read_summary
 from .runfolder import SUMMARY, write_atomic
 from .trace import PHASES
 
@@ -27,7 +27,22 @@ PHASE_COLOURS = {"draft": "#7570b3", "upsample": "#66a61e", "verify": "#1f78b4",
 OTHER = "#17becf"
 MARGIN = dict(l=10, r=10, t=60, b=10)
 SPEEDS = (("passes_speedup", "sequential passes (target + drafter)"), ("wall_speedup", "wall-clock"))
-QUALITIES = (("adherence", "prompt adherence (higher is better)"), ("frechet", "Fréchet distance (lower is better)"))
+# every quality yardstick of a summary row: (field, name, which way is better: 1 up, -1 down, 0 toward its floor)
+QUALITIES = (("adherence", "prompt adherence (higher is better)", 1),
+             ("frechet", "Fréchet distance to the data (lower is better)", -1),
+             ("fd_ar", "detail FD to ar's samples (lower is better)", -1),
+             ("sharpness", "sharpness ÷ ar (1 is ar's)", 0),
+             ("loglik_gap", "log-lik gap to ar, nats/token (0 is ar's)", 0))
+
+
+def _short(name: str) -> str:
+    return name.split(" (")[0]
+
+
+def _bound_lines(result: dict, key: str) -> list[float]:
+    """The bound(s) of a yardstick in this run (floors), as the values a dashed line marks."""
+    b = (result.get("floors") or {}).get(key) or {}
+    return [b[side] for side in ("low", "high") if side in b]
 
 
 def _num(x) -> float | None:
@@ -48,44 +63,51 @@ def _knobs(label: str) -> str:
 
 
 def frontier(result: dict) -> go.Figure:
-    """Speedup over ar (x, log: right is faster) against quality (y: up is better, Fréchet axis reversed):
-    passes and wall-clock side by side, adherence above Fréchet distance; one trace per method family."""
-    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.08, vertical_spacing=0.14,
-                        subplot_titles=[f"{q[1].split(' (')[0]} vs {s[1]}" for q in QUALITIES for s in SPEEDS])
+    """Speedup over ar (x, log: right is faster) against each quality yardstick (one row each; a dashed
+    line at each bound of the run): sequential passes and wall-clock side by side; one trace per method
+    family. Each panel's title names the summary fields it plots."""
+    rows = [q for q in QUALITIES if any(_num(s.get(q[0])) is not None for s in result["summary"].values())]
+    fig = make_subplots(rows=len(rows), cols=2, horizontal_spacing=0.08, vertical_spacing=0.3 / len(rows),
+                        subplot_titles=[f"{_short(q[1])} vs {s[1]}" for q in rows for s in SPEEDS])
     summary = result["summary"]
     for method, labels in _families(result).items():
         colour = FAMILIES.get(method, OTHER)
-        for row, (qkey, qname) in enumerate(QUALITIES, start=1):
+        for row, (qkey, qname, way) in enumerate(rows, start=1):
             for col, (skey, sname) in enumerate(SPEEDS, start=1):
                 pts = sorted(labels, key=lambda lb: summary[lb][skey] if _num(summary[lb][skey]) else 0)
                 fig.add_trace(go.Scatter(
-                    x=[_num(summary[lb][skey]) for lb in pts], y=[_num(summary[lb][qkey]) for lb in pts],
+                    x=[_num(summary[lb][skey]) for lb in pts], y=[_num(summary[lb].get(qkey)) for lb in pts],
                     mode="lines+markers+text", name=method, legendgroup=method, showlegend=(row, col) == (1, 1),
                     text=pts, texttemplate=[_knobs(lb) for lb in pts], textposition="top center",
                     textfont=dict(size=10), marker=dict(size=10, color=colour), line=dict(color=colour),
-                    hovertemplate=f"%{{text}}<br>{sname}: %{{x:.2f}}× ar<br>{qname.split(' (')[0]}: "
+                    meta=[skey, qkey],
+                    hovertemplate=f"%{{text}}<br>{sname}: %{{x:.2f}}× ar<br>{_short(qname)}: "
                                   "%{y:.3f}<extra></extra>"), row=row, col=col)
                 fig.update_xaxes(type="log", title_text=f"{sname}: speedup over ar (log)", row=row, col=col)
-                fig.update_yaxes(title_text=qname, row=row, col=col,
-                                 autorange="reversed" if qkey == "frechet" else True)
-    fig.update_layout(height=720, margin=MARGIN, legend_title_text="method",
+                fig.update_yaxes(title_text=_short(qname), row=row, col=col,
+                                 autorange="reversed" if way < 0 else True)
+    for row, (qkey, _, _) in enumerate(rows, start=1):
+        for y in _bound_lines(result, qkey):
+            for col in (1, 2):
+                fig.add_hline(y=y, line_dash="dash", line_color="#666", row=row, col=col)
+    fig.update_layout(height=300 * len(rows) + 120, margin=MARGIN, legend_title_text="method",
                       title=f"Speed–quality frontier: {result['prompts']} prompts, seed {result['seed']} "
-                            f"(right is faster, up is better)")
+                            f"(right is faster; dashed: the bounds of this run)")
     return fig
 
 
 def bars(result: dict) -> go.Figure:
     """Per spec: passes and wall speedups over ar, adherence, Fréchet distance."""
     keys = (("passes_speedup", "passes speedup (×)"), ("wall_speedup", "wall speedup (×)"),
-            ("adherence", "adherence"), ("frechet", "Fréchet distance"))
-    fig = make_subplots(rows=1, cols=4, subplot_titles=[name for _, name in keys])
+            *((q, _short(name)) for q, name, _ in QUALITIES))
+    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=[name for _, name in keys])
     labels = list(result["summary"])
     colours = [FAMILIES.get(result["summary"][lb]["method"], OTHER) for lb in labels]
     for col, (key, name) in enumerate(keys, start=1):
-        fig.add_trace(go.Bar(x=labels, y=[_num(result["summary"][lb][key]) for lb in labels], marker_color=colours,
+        fig.add_trace(go.Bar(x=labels, y=[_num(result["summary"][lb].get(key)) for lb in labels], marker_color=colours,
                              showlegend=False, hovertemplate=f"%{{x}}<br>{name}: %{{y:.3f}}<extra></extra>"),
                       row=1, col=col)
-    fig.update_layout(height=380, margin=MARGIN, title="Per method")
+    fig.update_layout(height=420, margin=MARGIN, title="Per method")
     return fig
 
 
@@ -108,11 +130,15 @@ COLUMNS = (("passes", "passes", "{:.0f}"), ("passes_speedup", "passes ×", "{:.2
            ("drafter_nfe", "drafter NFE", "{:.0f}"), ("target_nfe_speedup", "target NFE ×", "{:.2f}"),
            ("fed_per_pass", "tokens / target pass", "{:.1f}"),
            ("passed", "passed", "{:.2f}"), ("kept", "kept", "{:.2f}"), ("adherence", "adherence", "{:.3f}"),
-           ("frechet", "Fréchet", "{:.2f}"))
+           ("frechet", "FD to the data", "{:.2f}"), ("fd_ar", "detail FD to ar", "{:.2f}"),
+           ("sharpness", "sharpness ÷ ar", "{:.2f}"), ("loglik_gap", "log-lik gap", "{:+.3f}"),
+           ("inside", "inside every bound", None))
 
 
 def table_html(result: dict) -> str:
     def cell(s, key, fmt):
+        if key == "inside":
+            return {True: "yes", False: "no"}.get((s.get("inside") or {}).get("all"), "–")
         v = _num(s.get(key))
         if v is None:
             return "–"
@@ -142,6 +168,7 @@ def page(result: dict, title: str) -> str:
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1><p class=note>{facts}</p>"
             f"{parts[0]}{parts[1]}{parts[2]}<h2>Figures</h2>{table_html(result)}"
+            f"<h2>Noise floors, bounds and the blurred control</h2><pre id=floors>{html.escape(floors_text(result))}</pre>"
             f"<p class=note>Workers: {html.escape(', '.join(workers))}</p></body></html>")
 
 
@@ -162,9 +189,10 @@ def read_folder(folder: str | Path) -> dict:
 
 def combine(results: list[dict]) -> dict:
     """Several runs of the same prompts, seed and model pair as one result, so that a sweep made in
-    parts is drawn and judged together. Their ar rows must agree (ar is deterministic given the seed:
-    the same passes, adherence and FD), else the ratios would not share a baseline; a spec measured in
-    more than one run keeps its first run's figures."""
+    parts is drawn and judged together. Their ar rows must agree (ar and its reference are deterministic
+    given the seed: the same passes, adherence, FDs and log-likelihood, so the same floors), else the
+    ratios and bounds would not share a baseline; a spec measured in more than one run keeps its first
+    run's figures, and the floors and controls are the first run's."""
     first = results[0]
     for r in results[1:]:
         for key in ("prompts", "seed", "model"):
@@ -172,8 +200,10 @@ def combine(results: list[dict]) -> dict:
                 raise SummaryError(f"the runs differ in {key} ({first.get(key)} and {r.get(key)}): only runs of "
                                    f"the same prompts, seed and model pair are drawn together")
         a, b = first["summary"].get("ar"), r["summary"].get("ar")
-        if a is None or b is None or any(_num(a[k]) != _num(b[k]) for k in ("passes", "adherence", "frechet")):
-            raise SummaryError("the runs' ar rows differ (passes, adherence or FD): they do not share a baseline")
+        if a is None or b is None or any(_num(a.get(k)) != _num(b.get(k)) for k in ("passes", "adherence", "frechet", "fd_ar",
+                                                                                 "loglik")):
+            raise SummaryError("the runs' ar rows differ (passes, adherence, FD or log-likelihood): they do not share "
+                               "a baseline")
     summary, specs = {}, []
     for r in results:
         for label in r["specs"]:
@@ -190,27 +220,19 @@ def write(result: dict, target: str | Path, title: str) -> Path:
     return Path(target)
 
 
-def choose(result: dict, family: str = "mulo", adherence_margin: float = 0.01,
-           frechet_margin: float = 0.3) -> tuple[str | None, dict[str, bool]]:
-    """The operating-point rule: among the specs of `family`, the one with the most sequential-pass
-    speedup whose adherence is at least ar's − `adherence_margin` and whose Fréchet distance is at most
-    ar's + `frechet_margin`. Returns (that label or None, {label: meets both bounds}) over the family.
-    A spec without a quality figure (fewer than 3 prompts gives no FD) never qualifies, and neither does
-    one whose verifier rejected nothing in any run (every cell passed τ, as τ = 0 does): its output is
-    the drafter's alone, whatever its quality, and it shows no speculative decoding."""
+def choose(result: dict, family: str = "mulo") -> tuple[str | None, dict[str, bool]]:
+    """The operating-point rule: among the specs of `family`, the one with the fewest sequential passes
+    (target + drafter; the most passes speedup) inside every bound of the run (core.yardsticks: each
+    yardstick within FLOOR_SPREADS spreads of its noise floor, ar against ar at other seeds). Returns
+    (that label or None, {label: inside every bound} over the family). A spec whose verifier rejected
+    nothing in any run (every cell passed τ, as τ = 0 does) never qualifies: its output is the
+    drafter's alone and it shows no speculative decoding."""
     summary = result["summary"]
     if "ar" not in summary:
         raise SummaryError("the rule compares with ar: the run has no ar spec")
-    ar = summary["ar"]
-    if _num(ar["adherence"]) is None or _num(ar["frechet"]) is None:
-        raise SummaryError("ar has no adherence or Fréchet distance in this run (FD needs at least 3 prompts)")
-    meets = {}
-    for label, s in summary.items():
-        if s["method"] != family:
-            continue
-        adh, fd = _num(s["adherence"]), _num(s["frechet"])
-        meets[label] = (adh is not None and fd is not None and adh >= ar["adherence"] - adherence_margin
-                        and fd <= ar["frechet"] + frechet_margin)
+    if "fd_ar" not in (result.get("floors") or {}):
+        raise SummaryError("the run has no noise floors, so no bounds (a run needs at least 3 prompts)")
+    meets = {label: bool((s.get("inside") or {}).get("all")) for label, s in summary.items() if s["method"] == family}
     rejects = {lb for lb in meets if summary[lb].get("passed") is None or summary[lb]["passed"] < 1.0}
     best = max((lb for lb, ok in meets.items() if ok and lb in rejects), key=lambda lb: summary[lb]["passes_speedup"],
                default=None)
@@ -224,80 +246,98 @@ def _pareto(points: list[tuple[float, float, str]]) -> list[tuple[float, float, 
     return sorted(out)
 
 
-def frontier_svg(result: dict, family: str = "mulo", adherence_margin: float = 0.01,
-                 frechet_margin: float = 0.3, width: int = 760, height: int = 460) -> str:
+SVG_PANELS = ("adherence", "fd_ar", "sharpness", "loglik_gap")
+
+
+def frontier_svg(result: dict, family: str = "mulo", width: int = 980, height: int = 760) -> str:
     """A static figure for papers and READMEs (no script, no network): sequential-pass speedup over ar
-    (x) against adherence (y) for every spec of `family`, ar's adherence − margin as a dashed line,
-    filled markers for specs inside both quality bounds (adherence and Fréchet distance), hollow ones
-    outside, the Pareto frontier as a line, the spec `choose` picks ringed and named, and every other
-    method of the run as a labelled square beside them."""
+    (x, log) against each of four yardsticks (adherence, detail FD to ar's samples, sharpness ÷ ar,
+    log-lik gap; one panel each, its title naming the field), the run's bounds as dashed lines, filled
+    markers for specs of `family` inside every bound, hollow ones outside, the Pareto frontier (faster
+    and better) as a line, the spec `choose` picks ringed and named, ar as a dot and every other method
+    of the run as a labelled square."""
     summary = result["summary"]
-    best, meets = choose(result, family, adherence_margin, frechet_margin)
-    pts = [(summary[lb]["passes_speedup"], summary[lb]["adherence"], lb) for lb in meets
-           if _num(summary[lb]["adherence"]) is not None]
-    others = [(s["passes_speedup"], s["adherence"], lb) for lb, s in summary.items()
-              if s["method"] not in (family, "ar") and _num(s["adherence"]) is not None]
-    ar = summary["ar"]
-    floor = ar["adherence"] - adherence_margin
-    if not pts:
-        raise SummaryError(f"the run has no {family} spec with an adherence figure")
-    xs = [p[0] for p in pts + others] + [1.0]
-    ys = [p[1] for p in pts + others] + [floor, ar["adherence"]]
-    x0, x1 = math.log10(min(xs)), math.log10(max(xs))              # x on a log axis: speedups multiply
-    y0, y1 = min(ys), max(ys)
-    padx, pady = (x1 - x0) * 0.08 or 0.1, (y1 - y0) * 0.1 or 0.01
-    x0, x1, y0, y1 = x0 - padx, x1 + padx * 2.5, y0 - pady, y1 + pady
-    L, R, T, B = 70, 20, 50, 60
-    sx = lambda x: L + (math.log10(x) - x0) / (x1 - x0) * (width - L - R)      # noqa: E731
-    sy = lambda y: T + (y1 - y) / (y1 - y0) * (height - T - B)     # noqa: E731
+    best, meets = choose(result, family)
+    if not meets:
+        raise SummaryError(f"the run has no {family} spec")
+    names = {q: (name, way) for q, name, way in QUALITIES}
+    panels = [q for q in SVG_PANELS if _num(summary["ar"].get(q)) is not None]
     e = html.escape
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{e(family)}: sequential-pass '
-           f'speedup vs prompt adherence ({result["prompts"]} prompts, seed {result["seed"]})</text>']
-    ticks = [m * 10 ** d for d in range(-2, 4) for m in (1, 2, 5) if x0 <= math.log10(m * 10 ** d) <= x1]
-    for x in ticks:                                                # axes, ticks and grid
-        out.append(f'<line x1="{sx(x):.1f}" y1="{T}" x2="{sx(x):.1f}" y2="{height - B}" stroke="#eee"/>'
-                   f'<text x="{sx(x):.1f}" y="{height - B + 16}" text-anchor="middle">{x:g}×</text>')
-    for i in range(6):
-        y = y0 + (y1 - y0) * i / 5
-        out.append(f'<line x1="{L}" y1="{sy(y):.1f}" x2="{width - R}" y2="{sy(y):.1f}" stroke="#eee"/>'
-                   f'<text x="{L - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.3f}</text>')
-    out.append(f'<rect x="{L}" y="{T}" width="{width - L - R}" height="{height - T - B}" fill="none" stroke="#999"/>')
-    out.append(f'<text x="{(L + width - R) / 2}" y="{height - 24}" text-anchor="middle">fewer sequential passes '
-               f'than ar (target + drafter), ×, log scale</text>')
-    out.append(f'<text transform="translate(16 {(T + height - B) / 2}) rotate(-90)" text-anchor="middle">'
-               f'prompt adherence (higher is better)</text>')
-    out.append(f'<line x1="{L}" y1="{sy(floor):.1f}" x2="{width - R}" y2="{sy(floor):.1f}" stroke="#666" '
-               f'stroke-dasharray="5 4"/><text x="{width - R - 4}" y="{sy(floor) - 5:.1f}" text-anchor="end" '
-               f'fill="#666">ar − {adherence_margin:g} = {floor:.3f}</text>')
-    out.append(f'<circle cx="{sx(1.0):.1f}" cy="{sy(ar["adherence"]):.1f}" r="5" fill="{FAMILIES["ar"]}"/>'
-               f'<text x="{sx(1.0) + 8:.1f}" y="{sy(ar["adherence"]) + 4:.1f}" fill="{FAMILIES["ar"]}">ar</text>')
-    for x, y, lb in others:                                        # other methods of the run, for comparison
-        c = FAMILIES.get(summary[lb]["method"], OTHER)
-        out.append(f'<rect x="{sx(x) - 4:.1f}" y="{sy(y) - 4:.1f}" width="8" height="8" fill="{c}">'
-                   f'<title>{e(lb)}: {x:.2f}×, adherence {y:.3f}</title></rect>'
-                   f'<text x="{sx(x) + 7:.1f}" y="{sy(y) + 14:.1f}" font-size="10" fill="{c}">{e(lb)}</text>')
-    front = _pareto(pts)
-    out.append('<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>'.format(
-        FAMILIES.get(family, OTHER), " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y, _ in front)))
-    colour = FAMILIES.get(family, OTHER)
-    for x, y, lb in pts:
-        fill = colour if meets[lb] else "white"
-        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4.5" fill="{fill}" stroke="{colour}" '
-                   f'stroke-width="1.5"><title>{e(lb)}: {x:.2f}×, adherence {y:.3f}, FD '
-                   f'{summary[lb]["frechet"]:.2f}</title></circle>')
-    for x, y, lb in front:                                          # labels right of a point, or left near the edge
-        right = sx(x) < L + 0.6 * (width - L - R)
-        out.append(f'<text x="{sx(x) + (7 if right else -7):.1f}" y="{sy(y) - 6:.1f}" font-size="10" fill="#333" '
-                   f'text-anchor="{"start" if right else "end"}">{e(_knobs(lb))}</text>')
-    if best is not None:
-        x, y = summary[best]["passes_speedup"], summary[best]["adherence"]
-        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="10" fill="none" stroke="#d62728" '
-                   f'stroke-width="2"/><text x="{sx(x) - 12:.1f}" y="{sy(y) + 24:.1f}" text-anchor="end" '
-                   f'fill="#d62728">chosen: {e(_knobs(best))}</text>')
-    out.append(f'<text x="{L}" y="{height - 4}" font-size="11" fill="#333">filled: adherence ≥ ar − {adherence_margin:g} and '
-               f'FD ≤ ar + {frechet_margin:g} (ar FD {ar["frechet"]:.2f}); hollow: outside; line: Pareto frontier'
-               f'{"; squares: other methods" if others else ""}</text></svg>')
+           f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{e(family)}: fewer sequential passes '
+           f'than ar against each yardstick ({result["prompts"]} prompts, seed {result["seed"]})</text>']
+    cols = 2
+    pw, ph = width / cols, (height - 60) / math.ceil(len(panels) / cols)
+    for n, key in enumerate(panels):
+        ox, oy = (n % cols) * pw, 34 + (n // cols) * ph
+        out += _svg_panel(result, family, key, names[key], meets, best, ox, oy, pw, ph)
+    ar = summary["ar"]
+    out.append(f'<text x="10" y="{height - 8}" font-size="11" fill="#333">filled: inside every bound (each yardstick '
+               f'within {result["floors"]["spreads"]:g} spreads of ar against ar at other seeds); hollow: outside; '
+               f'dashed: the bounds; line: Pareto frontier; squares: other methods; ar passes {ar["passes"]:.0f}</text>'
+               f'</svg>')
     return "\n".join(out)
+
+
+def _svg_panel(result, family, key, name_way, meets, best, ox, oy, pw, ph) -> list[str]:
+    """One panel of frontier_svg: x = passes speedup (log), y = summary[spec][key]."""
+    name, way = name_way
+    summary = result["summary"]
+    e = html.escape
+    better = (lambda v: v) if way > 0 else (lambda v: -v) if way < 0 else (lambda v: -abs(v - (1.0 if key == "sharpness" else 0.0)))
+    pts = [(summary[lb]["passes_speedup"], summary[lb][key], lb) for lb in meets if _num(summary[lb].get(key)) is not None]
+    others = [(s["passes_speedup"], s[key], lb) for lb, s in summary.items()
+              if s["method"] not in (family, "ar") and _num(s.get(key)) is not None]
+    ar_y = summary["ar"][key]
+    lines = _bound_lines(result, key)
+    xs = [p[0] for p in pts + others] + [1.0]
+    ys = [p[1] for p in pts + others] + [ar_y] + lines
+    x0, x1 = math.log10(min(xs)), math.log10(max(xs))
+    y0, y1 = min(ys), max(ys)
+    padx, pady = (x1 - x0) * 0.08 or 0.1, (y1 - y0) * 0.1 or 0.01
+    x0, x1, y0, y1 = x0 - padx, x1 + padx * 2, y0 - pady, y1 + pady
+    if way < 0:
+        y0, y1 = y1, y0                                            # lower is better: up is better on every panel
+    L, R, T, B = ox + 64, ox + pw - 14, oy + 26, oy + ph - 44
+    sx = lambda x: L + (math.log10(x) - x0) / (x1 - x0) * (R - L)   # noqa: E731
+    sy = lambda y: T + (y1 - y) / (y1 - y0) * (B - T)               # noqa: E731
+    out = [f'<text x="{(L + R) / 2:.1f}" y="{oy + 16:.1f}" text-anchor="middle" font-size="13" '
+           f'data-field="{key}">{e(name)}</text>']
+    ticks = [m * 10 ** d for d in range(-2, 4) for m in (1, 2, 5) if x0 <= math.log10(m * 10 ** d) <= x1]
+    for x in ticks:
+        out.append(f'<line x1="{sx(x):.1f}" y1="{T}" x2="{sx(x):.1f}" y2="{B}" stroke="#eee"/>'
+                   f'<text x="{sx(x):.1f}" y="{B + 14}" text-anchor="middle" font-size="10">{x:g}×</text>')
+    for i in range(5):
+        y = y0 + (y1 - y0) * i / 4
+        out.append(f'<line x1="{L}" y1="{sy(y):.1f}" x2="{R}" y2="{sy(y):.1f}" stroke="#eee"/>'
+                   f'<text x="{L - 5}" y="{sy(y) + 4:.1f}" text-anchor="end" font-size="10">{y:.3g}</text>')
+    out.append(f'<rect x="{L}" y="{T}" width="{R - L}" height="{B - T}" fill="none" stroke="#999"/>')
+    out.append(f'<text x="{(L + R) / 2:.1f}" y="{B + 30}" text-anchor="middle" font-size="10">sequential passes: '
+               f'speedup over ar (log)</text>')
+    for y in lines:
+        out.append(f'<line x1="{L}" y1="{sy(y):.1f}" x2="{R}" y2="{sy(y):.1f}" stroke="#666" stroke-dasharray="5 4" '
+                   f'class="bound" data-value="{y:.6g}"/>')
+    out.append(f'<circle cx="{sx(1.0):.1f}" cy="{sy(ar_y):.1f}" r="4.5" fill="{FAMILIES["ar"]}" data-spec="ar" '
+               f'data-x="1" data-y="{ar_y:.6g}"/><text x="{sx(1.0) + 7:.1f}" y="{sy(ar_y) + 4:.1f}" '
+               f'fill="{FAMILIES["ar"]}">ar</text>')
+    for x, y, lb in others:
+        c = FAMILIES.get(summary[lb]["method"], OTHER)
+        out.append(f'<rect x="{sx(x) - 4:.1f}" y="{sy(y) - 4:.1f}" width="8" height="8" fill="{c}" data-spec="{e(lb)}" '
+                   f'data-x="{x:.6g}" data-y="{y:.6g}"><title>{e(lb)}: {x:.2f}×, {e(_short(name))} {y:.3f}</title></rect>'
+                   f'<text x="{sx(x) + 6:.1f}" y="{sy(y) + 12:.1f}" font-size="9" fill="{c}">{e(lb)}</text>')
+    front = _pareto([(x, better(y), lb) for x, y, lb in pts])
+    colour = FAMILIES.get(family, OTHER)
+    out.append('<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>'.format(
+        colour, " ".join(f"{sx(x):.1f},{sy(summary[lb][key]):.1f}" for x, _, lb in front)))
+    for x, y, lb in pts:
+        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="{colour if meets[lb] else "white"}" '
+                   f'stroke="{colour}" stroke-width="1.5" data-spec="{e(lb)}" data-x="{x:.6g}" data-y="{y:.6g}">'
+                   f'<title>{e(lb)}: {x:.2f}×, {e(_short(name))} {y:.3f}</title></circle>')
+    if best is not None and _num(summary[best].get(key)) is not None:
+        x, y = summary[best]["passes_speedup"], summary[best][key]
+        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="9" fill="none" stroke="#d62728" stroke-width="2"/>'
+                   f'<text x="{sx(x) - 10:.1f}" y="{sy(y) + 20:.1f}" text-anchor="end" font-size="10" '
+                   f'fill="#d62728">chosen: {e(_knobs(best))}</text>')
+    return out

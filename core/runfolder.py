@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-SCHEMA = "mulo-bench/1"
+SCHEMA = "mulo-bench/2"
 CONFIG, SUMMARY = "config.json", "summary.json"
 
 

@@ -422,7 +422,7 @@ def test_the_report_page_draws_the_frontier_and_the_sweep_tab_opens_its_summary(
     report.goto(html.as_uri())
     frontier = report.locator("#frontier.js-plotly-plot")
     expect(frontier).to_be_visible()
-    expect(frontier.locator(".scatterlayer .trace")).to_have_count(3 * 4)  # ar, mulo, zipar in four panels
+    expect(frontier.locator(".scatterlayer .trace")).to_have_count(3 * 5 * 2)  # ar, mulo, zipar: five yardsticks x (passes, wall)
     expect(report.locator("#figures tbody tr")).to_have_count(3)
     report.screenshot(path=str(tmp_path / "report.png"), full_page=True)
     context.close()

@@ -160,8 +160,8 @@ def test_wall_ratios_pair_records_of_one_worker_only():
 
 @pytest.mark.parametrize("text, fragment", [
     ("{", "not valid JSON"), ('{"schema": "mulo-trace/2"}', "not a benchmark summary"),
-    ('{"schema": "mulo-bench/1", "summary": {}}', "no per-method figures"),
-    ('{"schema": "mulo-bench/1", "summary": {"ar": {"method": "ar"}}}', "'ar' lack passes"),
+    ('{"schema": "mulo-bench/2", "summary": {}}', "no per-method figures"),
+    ('{"schema": "mulo-bench/2", "summary": {"ar": {"method": "ar"}}}', "'ar' lack passes"),
 ])
 def test_a_malformed_summary_is_refused_with_what_is_wrong(text, fragment):
     with pytest.raises(bench.SummaryError, match=fragment):
