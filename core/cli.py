@@ -309,12 +309,22 @@ def _bench(args) -> int:
 def _report(args) -> int:
     from . import report
     from .bench import SummaryError
+    named = [(flag, Path(v).resolve()) for flag, v in (("--html", args.html), ("--svg", args.svg),
+                                                        ("--markdown", args.markdown)) if v]
+    for n, (flag, path) in enumerate(named):
+        for other, path2 in named[n + 1:]:
+            if path == path2:
+                raise UsageError(f"{flag} and {other} name the same file ({path}): one would overwrite the other")
     try:
         result = report.combine([report.read_folder(f) for f in args.folder])
         first = report.summary_file(args.folder[0]).parent
         path = report.write(result, args.html or first / "report.html",
                             f"Benchmark report: {', '.join(report.summary_file(f).parent.name for f in args.folder)}")
         print(f"wrote {path}")
+        if args.markdown:
+            text = report.markdown(result)
+            write_atomic(Path(args.markdown), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+            print(f"wrote {args.markdown}")
         if args.svg:
             best, meets = report.choose(result, args.family)
             svg = report.frontier_svg(result, args.family)
@@ -323,6 +333,8 @@ def _report(args) -> int:
             print(f"{sum(meets.values())} of {len(meets)} {args.family} specs are inside every bound (each "
                   f"yardstick within {result['floors']['spreads']:g} spreads of its noise floor); the fewest "
                   f"sequential passes among them: {best or 'none'}")
+            chosen, tier = report.default_rule(result, args.family)
+            print(f"the default rule names {chosen or 'none'} ({tier})")
     except (SummaryError, OSError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
@@ -377,8 +389,10 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
                    "same prompts, seed and model pair are drawn together (their ar rows must agree)")
     r.add_argument("--html", default=None, help="write the page here (default FOLDER/report.html)")
     r.add_argument("--svg", default=None, metavar="FILE",
-                   help="also write a static SVG of one family's frontier (pass speedup vs adherence) and name "
-                        "the spec with the most pass speedup at adherence >= ar - 0.01 and FD <= ar + 0.3")
+                   help="also write a static SVG of one family's frontier (pass speedup against adherence, detail "
+                        "FD, sharpness and log-lik gap) and name the spec with the fewest passes inside every bound")
+    r.add_argument("--markdown", default=None, metavar="FILE",
+                   help="also write the figures as a Markdown table with the noise floors and the blurred control")
     r.add_argument("--family", default="mulo", help="the method family of --svg (default mulo)")
     r.set_defaults(func=_report)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")

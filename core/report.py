@@ -220,11 +220,15 @@ def write(result: dict, target: str | Path, title: str) -> Path:
     return Path(target)
 
 
-def choose(result: dict, family: str = "mulo") -> tuple[str | None, dict[str, bool]]:
+IMAGE_BOUNDS = ("adherence", "frechet", "fd_ar", "sharpness")   # what a person or a classifier sees in the images
+
+
+def choose(result: dict, family: str = "mulo", bounds: tuple | None = None) -> tuple[str | None, dict[str, bool]]:
     """The operating-point rule: among the specs of `family`, the one with the fewest sequential passes
     (target + drafter; the most passes speedup) inside every bound of the run (core.yardsticks: each
-    yardstick within FLOOR_SPREADS spreads of its noise floor, ar against ar at other seeds). Returns
-    (that label or None, {label: inside every bound} over the family). A spec whose verifier rejected
+    yardstick within FLOOR_SPREADS spreads of its noise floor, ar against ar at other seeds), or inside
+    the bounds named in `bounds` only (IMAGE_BOUNDS: every yardstick but the log-lik gap). Returns
+    (that label or None, {label: inside those bounds} over the family). A spec whose verifier rejected
     nothing in any run (every cell passed τ, as τ = 0 does) never qualifies: its output is the
     drafter's alone and it shows no speculative decoding."""
     summary = result["summary"]
@@ -232,11 +236,45 @@ def choose(result: dict, family: str = "mulo") -> tuple[str | None, dict[str, bo
         raise SummaryError("the rule compares with ar: the run has no ar spec")
     if "fd_ar" not in (result.get("floors") or {}):
         raise SummaryError("the run has no noise floors, so no bounds (a run needs at least 3 prompts)")
-    meets = {label: bool((s.get("inside") or {}).get("all")) for label, s in summary.items() if s["method"] == family}
+
+    def ok(s) -> bool:
+        inside = s.get("inside") or {}
+        if bounds is None:
+            return bool(inside.get("all"))
+        return all(inside.get(b) is not False for b in bounds) and any(inside.get(b) for b in bounds)
+    meets = {label: ok(s) for label, s in summary.items() if s["method"] == family}
     rejects = {lb for lb in meets if summary[lb].get("passed") is None or summary[lb]["passed"] < 1.0}
-    best = max((lb for lb, ok in meets.items() if ok and lb in rejects), key=lambda lb: summary[lb]["passes_speedup"],
-               default=None)
+    best = max((lb for lb, good in meets.items() if good and lb in rejects),
+               key=lambda lb: summary[lb]["passes_speedup"], default=None)
     return best, meets
+
+
+def default_rule(result: dict, family: str = "mulo") -> tuple[str | None, str]:
+    """(the spec the default rule names, which tier named it): the fewest passes inside every bound;
+    when no spec of the family is, the fewest passes inside every image bound (its log-lik gap is then
+    outside and is said beside it)."""
+    best, _ = choose(result, family)
+    if best is not None:
+        return best, "inside every bound"
+    best, _ = choose(result, family, IMAGE_BOUNDS)
+    return best, "inside every image bound (adherence, FD to the data, detail FD, sharpness), not the log-lik one"
+
+
+def markdown(result: dict) -> str:
+    """The summary as a Markdown table (speed, then every yardstick and which bounds a spec misses),
+    then the noise floors and the blurred control: what the README's tables are made of."""
+    cols = ("passes", "passes ×", "wall ×", "target passes", "passed", "kept", "adherence", "FD data", "FD ar",
+            "sharpness", "log-lik gap", "outside")
+    out = ["| spec | " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1) + "---|"]
+    f2 = lambda x, d: "–" if _num(x) is None else f"{x:.{d}f}"  # noqa: E731
+    for label, s in result["summary"].items():
+        missed = [k for k, v in (s.get("inside") or {}).items() if k != "all" and v is False]
+        out.append(f"| `{label}` | {s['passes']:.0f} | {s['passes_speedup']:.2f} | {f2(s['wall_speedup'], 2)} | "
+                   f"{s['target_nfe']:.0f} | {f2(s.get('passed'), 3)} | {f2(s.get('kept'), 3)} | "
+                   f"{f2(s['adherence'], 3)} | {f2(s['frechet'], 2)} | {f2(s['fd_ar'], 2)} | {f2(s['sharpness'], 2)} | "
+                   f"{'–' if _num(s['loglik_gap']) is None else format(s['loglik_gap'], '+.3f')} | "
+                   f"{', '.join(missed) or 'none'} |")
+    return "\n".join(out) + "\n\n```\n" + floors_text(result) + "\n```\n"
 
 
 def _pareto(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:

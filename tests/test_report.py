@@ -222,3 +222,40 @@ def test_runs_of_the_same_prompts_are_drawn_together_and_others_refused(bench_fo
     (other / "summary.json").write_text(json.dumps(summary))
     done = report(bench_folder, other, "--html", tmp_path / "no.html")
     assert done.returncode == 2 and "differ in prompts (3 and 4)" in done.stderr
+
+
+def test_the_default_rule_falls_back_to_the_image_bounds_only_when_nothing_is_inside_every_bound():
+    from core.report import default_rule
+    result = _summary({"ar": (1.0, 0.9, 1.0, 1.0, 0.0),
+                       "mulo:k=4": (3.5, 0.95, 1.5, 1.0, -0.05),       # only the log-lik gap outside
+                       "mulo:k=0": (3.0, 0.95, 1.5, 0.90, 0.0),        # sharpness outside
+                       "mulo:tau=0.5": (2.0, 0.95, 1.2, 1.0, -0.2)})   # log-lik gap outside, slower
+    assert default_rule(result) == ("mulo:k=4", "inside every image bound (adherence, FD to the data, detail FD, "
+                                                "sharpness), not the log-lik one")
+    result["summary"]["mulo:slow"] = {**result["summary"]["mulo:tau=0.5"], "passes_speedup": 1.5, "loglik_gap": 0.0,
+                                      "inside": {**result["summary"]["mulo:tau=0.5"]["inside"], "loglik_gap": True,
+                                                 "all": True}}
+    assert default_rule(result) == ("mulo:slow", "inside every bound")     # the first tier wins when it can
+
+
+def test_the_markdown_table_names_the_bounds_each_spec_misses(bench_folder, tmp_path):
+    md = tmp_path / "t.md"
+    done = report(bench_folder, "--html", tmp_path / "r.html", "--markdown", md)
+    assert done.returncode == 0, done.stderr
+    text = md.read_text(encoding="utf-8")
+    summary = json.loads((bench_folder / "summary.json").read_text())["summary"]
+    for label, s in summary.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{label}` |"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[9] == f"{s['fd_ar']:.2f}" and cells[10] == f"{s['sharpness']:.2f}"
+        assert cells[11] == f"{s['loglik_gap']:+.3f}"
+        missed = [k for k, v in s["inside"].items() if k != "all" and v is False]
+        assert cells[12] == (", ".join(missed) or "none")
+    assert "noise floors (reference = ar at seeds + 1000003" in text and "control: ar blurred" in text
+
+
+def test_two_outputs_naming_one_file_are_refused_before_anything_is_written(bench_folder, tmp_path):
+    same = tmp_path / "same.html"
+    done = report(bench_folder, "--html", same, "--svg", same)
+    assert done.returncode == 2 and "--html and --svg name the same file" in done.stderr
+    assert not same.exists()
