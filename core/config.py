@@ -159,6 +159,8 @@ GAMMA_MAX = 16
 WINDOW_MAX = 4096          # a ZipAR window wider than the grid's rows changes nothing
 SJD_WINDOW_MAX = 64
 PROMPT_MAX = 500
+CFG_INTERVAL_MAX = 256 * 256   # the cells of the largest grid a trace may hold: a larger N guides every cell alike
+SEED_END = 2 ** 63             # seeds are in [0, 2^63): what torch.Generator.manual_seed takes
 
 
 def _check_types(run: RunConfig) -> None:
@@ -171,10 +173,12 @@ def _check_types(run: RunConfig) -> None:
         _check(isinstance(v, str), name, "text", v)
     for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
                     ("window", p.window), ("draft_window", p.draft_window), ("draft_rows", p.draft_rows),
-                    ("gamma", p.gamma), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window)):
+                    ("gamma", p.gamma), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window),
+                    ("gsd_group", p.gsd_group), ("pjd_c", p.pjd_c)):
         _check(_int(v), name, "an integer", v)
     for name, v in (("cfg", s.cfg), ("temperature", s.temperature), ("top_p", s.top_p), ("tau", p.tau),
-                    ("delta", p.delta)):
+                    ("delta", p.delta), ("gsd_gap", p.gsd_gap), ("gsd_dist", p.gsd_dist),
+                    ("cool_delta", p.cool_delta), ("cool_nu", p.cool_nu)):
         _check(_num(v), name, "a finite number", v)
 
 
@@ -186,13 +190,14 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     H, W = grid
     _check(run.method in methods, "method", f"one of {', '.join(methods)}", run.method)
     _check(len(run.prompt) <= PROMPT_MAX, "prompt", f"at most {PROMPT_MAX} characters", run.prompt)
-    _check(0 <= run.seed < 2 ** 63, "seed", "an integer in [0, 2^63)", run.seed)
+    _check(0 <= run.seed < SEED_END, "seed", "an integer in [0, 2^63)", run.seed)
     _check(1.0 <= s.cfg <= CFG_MAX, "cfg", f"in [1, {CFG_MAX:g}] (1 = no guidance)", s.cfg)
     _check(s.temperature == 0.0 or TEMPERATURE_MIN <= s.temperature <= TEMPERATURE_MAX, "temperature",
            f"0 (greedy) or in [{TEMPERATURE_MIN:g}, {TEMPERATURE_MAX:g}]", s.temperature)
     _check(0 <= s.top_k <= vocab_size, "top_k", f"in [0, {vocab_size}] (0 = off)", s.top_k)
     _check(0.0 < s.top_p <= 1.0, "top_p", "in (0, 1]", s.top_p)
-    _check(s.cfg_interval >= -1, "cfg_interval", "an integer >= -1 (-1 = always)", s.cfg_interval)
+    _check(-1 <= s.cfg_interval <= CFG_INTERVAL_MAX, "cfg_interval",
+           f"an integer in [-1, {CFG_INTERVAL_MAX}] (-1 = every cell)", s.cfg_interval)
     _check(0 <= p.k < vocab_size, "k", f"in [0, {vocab_size - 1}]", p.k)
     _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
     _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),
@@ -213,10 +218,12 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(0 <= p.lantern_k <= 2 ** 31, "lantern_k", ">= 0 (capped at the codebook size)", p.lantern_k)
     _check(1 <= p.sjd_window <= SJD_WINDOW_MAX, "sjd_window", f"in [1, {SJD_WINDOW_MAX}]", p.sjd_window)
     _check(p.sjd_init in SJD_INITS, "sjd_init", f"one of {', '.join(SJD_INITS)}", p.sjd_init)
-    _check(p.gsd_group >= 1, "gsd_group", ">= 1", p.gsd_group)
+    _check(1 <= p.gsd_group <= vocab_size, "gsd_group", f"in [1, {vocab_size}] (a rank window of the codebook)",
+           p.gsd_group)
     _check(0.0 <= p.gsd_gap <= 1.0, "gsd_gap", "in [0, 1]", p.gsd_gap)
     _check(0.0 <= p.gsd_dist <= 1.0, "gsd_dist", "in [0, 1] (a quantile)", p.gsd_dist)
-    _check(p.pjd_c >= 1, "pjd_c", ">= 1", p.pjd_c)
+    _check(1 <= p.pjd_c <= WINDOW_MAX, "pjd_c", f"in [1, {WINDOW_MAX}] (>= the grid's width: one row at a time)",
+           p.pjd_c)
     _check(0.0 < p.cool_delta <= 100.0, "cool_delta", "in (0, 100]", p.cool_delta)
     _check(0.0 <= p.cool_nu <= 10.0, "cool_nu", "in [0, 10]", p.cool_nu)
     _check(p.cool_norm in COOL_NORMS, "cool_norm", f"one of {', '.join(COOL_NORMS)}", p.cool_norm)

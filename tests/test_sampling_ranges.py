@@ -45,3 +45,34 @@ def test_just_outside_the_ranges_sampling_breaks_and_validation_refuses(logits, 
     assert not finite_distribution(processed(logits, s))     # negative control: what the range prevents
     with pytest.raises(ParameterError, match=f"^{field} must be"):
         validate(RunConfig(sampling=s), 512, (32, 32), registry())
+
+
+INT_KNOBS = ("seed", "top_k", "cfg_interval", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma",
+             "lantern_k", "sjd_window", "gsd_group", "pjd_c")
+
+
+def _with(knob: str, value) -> RunConfig:
+    if knob == "seed":
+        return RunConfig(seed=value)
+    if knob in {f.name for f in dataclasses.fields(SamplingConfig)}:
+        return RunConfig(sampling=dataclasses.replace(SamplingConfig(), **{knob: value}))
+    return RunConfig().with_params(**{knob: value})
+
+
+@pytest.mark.parametrize("knob", INT_KNOBS)
+@pytest.mark.parametrize("value", [2 ** 64, 10 ** 30, -2 ** 64, "7"])
+def test_every_integer_knob_is_bounded_and_its_refusal_names_it(knob, value):
+    with pytest.raises(ParameterError, match=f"^{knob} must be"):
+        validate(_with(knob, value), 512, (32, 32), registry())
+
+
+def test_cfg_interval_past_int64_breaks_sampling_and_validation_refuses_it(logits):
+    cells = torch.arange(64)
+    s = SamplingConfig(cfg_interval=2 ** 64)
+    with pytest.raises(OverflowError):                      # negative control: what the bound prevents
+        processed(logits, s, cells)
+    with pytest.raises(ParameterError, match=r"^cfg_interval must be an integer in \[-1, 65536\] \(-1 = every cell\)"):
+        validate(RunConfig(sampling=s), 512, (32, 32), registry())
+    top = SamplingConfig(cfg_interval=config.CFG_INTERVAL_MAX)   # the end of the range: every cell guided
+    validate(RunConfig(sampling=top), 512, (32, 32), registry())
+    assert torch.equal(processed(logits, top, cells), processed(logits, SamplingConfig(), cells))
