@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from core.cli import UsageError, check_threads
+
 from . import handlers as h
 
 
@@ -45,10 +47,15 @@ def _median_s(fn, repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1; 0 = torch's default)")
     ap.add_argument("--repeat", type=int, default=5, help="repetitions of the re-render timings")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    try:
+        check_threads(args.threads)
+    except UsageError as e:
+        ap.exit(2, f"error: {e}\n")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     h.engine.load_pair()
 
     first, cold, state = _click(_knobs())
@@ -61,7 +68,7 @@ def main() -> None:
     n = len(state["trace"].steps)
     scrub = _median_s(lambda: h.scrub(state, n // 2), args.repeat)
 
-    print(f"explorer bench: {os.cpu_count()} CPU cores, {args.threads} torch thread(s), default preset (mulo)")
+    print(f"explorer bench: {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch thread(s), default preset (mulo)")
     print(f"  click -> first streamed canvas        {first:6.2f} s")
     print(f"  click -> complete result, cold         {cold:6.2f} s   (mulo + ar baseline + every view)")
     print(f"  click -> complete result, warm         {warm:6.2f} s   (ar baseline remembered, tau 0.05)")

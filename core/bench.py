@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from . import engine, likelihood, yardsticks
-from .config import MethodParams, RunConfig, SamplingConfig
+from .config import SEED_END, MethodParams, ParameterError, RunConfig, SamplingConfig
 from .distributed import Ranks, barrier, broadcast, shard
 from .embedded import family
 from .embedded.evaluate import heldout, read_images, reference_features
@@ -74,6 +74,15 @@ def run_config(configs: list[tuple[str, RunConfig]], n_prompts: int, seed: int) 
                 base=dict(sampling=dataclasses.asdict(base.sampling), params=dataclasses.asdict(base.params)))
 
 
+def check_seeds(seed: int, n_prompts: int) -> None:
+    """Every seed a bench of n_prompts draws (prompt i at seed + i, its reference at seed + i + REFERENCE_SEED)
+    is one the engine takes: ParameterError naming seed otherwise, before any work."""
+    last = SEED_END - n_prompts - REFERENCE_SEED
+    if not (isinstance(seed, int) and 0 <= seed <= last):
+        raise ParameterError(f"seed must be an integer in [0, {last}] with {n_prompts} prompts (prompt i runs at "
+                             f"seed + i, its reference at seed + i + {REFERENCE_SEED}, each below 2^63); got {seed}")
+
+
 def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = None, out=None,
         ranks: Ranks = Ranks(), progress: Callable = lambda *a: None, poll_s: float = 0.5) -> dict | None:
     """Measure this rank's shard into the run folder `out`, skipping records already there; wait for the
@@ -84,6 +93,7 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
             raise RunFolderError("several ranks need a run folder they all read: give --out DIR")
         with tempfile.TemporaryDirectory(prefix="mulo-bench-") as tmp:
             return run(specs, n_prompts, seed, base, tmp, ranks, progress, poll_s)
+    check_seeds(seed, n_prompts)
     base = base or RunConfig()
     configs = configs_of(specs, base)
     pair = engine.load_pair(base.model)

@@ -139,6 +139,28 @@ class UsageError(ValueError):
     """A command line that cannot work (an output path, a count, a spec); one line, exit 2."""
 
 
+def check_threads(n: int) -> None:
+    """--threads: 0 (torch's default) up to the CPUs of this machine; torch crashes on far more."""
+    most = os.cpu_count() or 1
+    if not 0 <= n <= most:
+        raise UsageError(f"--threads must be 0 (torch's default) to {most}, the CPUs of this machine; got {n}")
+
+
+def check_run_folder(path: str) -> None:
+    """bench --out: a folder (new, or a run folder to resume) that files can be created in, tried before any work."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"--out {path} is a file; give a folder (a new one, or a run folder to resume)")
+    folder = next((a for a in (p, *p.parents) if a.exists()), Path("."))   # the folder that gets the new ones
+    if not folder.is_dir():
+        raise UsageError(f"--out {path}: {folder} is a file, so the folder cannot be made")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mulo-out."):
+            pass
+    except OSError as e:
+        raise UsageError(f"--out {path}: cannot write in {folder} ({e.strerror or e})") from None
+
+
 def _image_extensions() -> set[str]:
     from PIL import Image
     Image.init()
@@ -266,7 +288,10 @@ def _bench(args) -> int:
     if args.prompts < 1:
         raise UsageError(f"--prompts must be at least 1; got {args.prompts}")
     check_outputs(**{"--json": (args.json, {".json"})})
+    if args.out:
+        check_run_folder(args.out)
     base = run_config(args, "ar")
+    bench.check_seeds(args.seed, args.prompts)
     for spec in (m for m in args.methods.split(",") if m):   # a bad value names its spec, before any rank starts
         try:
             bench.parse_spec(spec, base)
@@ -435,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     _extend(parser, _chosen_model(argv))
     args = parser.parse_args(argv)
-    from .config import ParameterError
+    from .config import SEED_END, ParameterError
     from .embedded.domain import PromptError
     from .embedded.family import AssetError
     from .models.llamagen import UnsafeCheckpoint
@@ -443,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
-        if getattr(args, "threads", 0) < 0:
-            raise UsageError(f"--threads must be 0 (torch's default) or more; got {args.threads}")
+        check_threads(getattr(args, "threads", 0))
+        if not 0 <= getattr(args, "data_seed", 0) < SEED_END:
+            raise UsageError(f"--data-seed must be an integer in [0, 2^63); got {args.data_seed}")
         return args.func(args)
     except (ParameterError, PromptError, AssetError, CheckpointError, UnsafeCheckpoint, UsageError,
             FileNotFoundError) as e:

@@ -67,6 +67,17 @@ BAD = [  # (command line, fragments of its one-line error)
     (["generate", "--seed", "9223372036854775808"], ["seed must be"]),
     (["evaluate", "--what", "ar", "--prompts", "0"], ["--prompts"]),
     (["evaluate", "--what", "ar", "--grids", "32,x"], ["--grids"]),
+    (["generate", "--cfg-interval", str(10 ** 30)], ["cfg_interval must be an integer in [-1, 65536] (-1 = every cell); "
+                                                    f"got {10 ** 30}"]),
+    (["generate", "--cfg-interval", str(2 ** 64)], ["cfg_interval must be an integer in [-1, 65536]"]),
+    (["generate", "--gsd-group", str(2 ** 64), "--method", "gsd"], ["gsd_group must be in [1, 512]"]),
+    (["generate", "--threads", "100000"], ["--threads must be 0 (torch's default) to", "got 100000"]),
+    (["bench", "--methods", "ar", "--prompts", "2", "--threads", "100000"], ["--threads must be"]),
+    (["evaluate", "--what", "ar", "--prompts", "1", "--threads", "100000"], ["--threads must be"]),
+    (["bench", "--methods", "ar", "--prompts", "2", "--seed", str(2 ** 63 - 2)],
+     [f"seed must be an integer in [0, {2 ** 63 - 2 - 1_000_003}] with 2 prompts"]),
+    (["bench", "--methods", "ar", "--prompts", "2", "--out", "/proc/run"], ["--out /proc/run: cannot write in /proc"]),
+    (["train", "--job", "tokenizer", "--steps", "1", "--data-seed", "-1"], ["--data-seed must be an integer in [0, 2^63)"]),
 ]
 
 
@@ -81,6 +92,18 @@ def test_a_bad_command_line_is_one_line_and_exit_2(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         for n, done in enumerate(pool.map(lambda n: (case(n), n)[1], range(len(BAD)))):
             assert done == n
+
+
+def test_bench_out_on_a_file_or_a_folder_without_write_access_is_named_before_any_work(tmp_path):
+    taken = tmp_path / "notes.txt"
+    taken.write_text("not a run folder")
+    for out, words in ((taken, f"--out {taken} is a file; give a folder"),
+                       (taken / "run", f"--out {taken / 'run'}: {taken} is a file, so the folder cannot be made"),
+                       ("/proc", "--out /proc: cannot write in /proc")):
+        t0 = time.perf_counter()
+        one_line_error(cli("bench", "--methods", "ar", "--prompts", "1", "--threads", "1", "--out", out), words)
+        assert time.perf_counter() - t0 < 30                 # refused before the first record
+    assert taken.read_text() == "not a run folder"
 
 
 def _interrupt_when_running(args, sig, tmp_path):
