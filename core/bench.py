@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 import tempfile
 import time
@@ -28,7 +29,7 @@ from .embedded import family
 from .embedded.evaluate import heldout, read_images, reference_features
 from .embedded.evaluation import frechet_distance
 from .runfolder import SCHEMA, RunFolder, RunFolderError, record_key
-from .trace import PHASES, SCHEMA as TRACE_SCHEMA
+from .trace import MAX_BYTES, NAME, PHASES, SCHEMA as TRACE_SCHEMA
 
 RECORD_SCHEMA = f"{SCHEMA}+{TRACE_SCHEMA}"  # a record measured by other code is measured again
 REFERENCE = "reference"          # ar on the same prompts at other seeds: what the target itself draws
@@ -289,28 +290,125 @@ SUMMARY_FIELDS = ("method", "passes", "passes_speedup", "wall_ms", "wall_speedup
 QUALITY_FIELDS = ("adherence", "frechet", "fd_ar", "sharpness", "loglik_gap")  # None where not measured
 
 
+SUMMARY_DEPTH = 6   # a summary nests 4 levels (result, controls, blur, inside); more is not a summary
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=/+-]{0,199}")   # a bench spec: no spaces, quotes or markup
+YARDSTICK_BOUNDS = ("fd_ar", "sharpness", "loglik_gap")        # what a run of 3 prompts or more has floors for
+
+
 def read_summary(text: str | bytes) -> dict:
-    """A run folder's summary.json (or bench --json output), checked field by field."""
+    """A run folder's summary.json (or bench --json output), checked field by field: every field a
+    figure, a table or a page reads is there with its type, every name is plain text, and no size or
+    nesting reaches the parser's limits (SummaryError naming the first one wrong)."""
+    if len(text) > MAX_BYTES:
+        raise SummaryError(f"the summary is {len(text) / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are read")
+    if isinstance(text, bytes) and text[:2] == b"\x1f\x8b":
+        raise SummaryError("the file is gzip-compressed: unpack it and give the summary.json itself")
     try:
         d = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SummaryError(f"the summary is not valid JSON: {e}") from None
+    except RecursionError:
+        raise SummaryError(f"the summary nests deeper than {SUMMARY_DEPTH} levels") from None
+    _check_depth(d)
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         got = d.get("schema") if isinstance(d, dict) else type(d).__name__
-        raise SummaryError(f"not a benchmark summary: schema {got!r}, expected {SCHEMA!r} "
+        raise SummaryError(f"not a benchmark summary: schema {_show(got)}, expected {SCHEMA!r} "
                            f"(the summary.json of a `python -m core bench --out DIR` run folder)")
     summary = d.get("summary")
     if not isinstance(summary, dict) or not summary:
         raise SummaryError("the summary has no per-method figures (field 'summary')")
     for label, s in summary.items():
+        if not LABEL.fullmatch(label):
+            raise SummaryError(f"the summary names a spec {_show(label)}; a spec is name[:knob=value...] in "
+                               "letters, digits and . _ : = / + -")
         missing = [k for k in SUMMARY_FIELDS if not isinstance(s, dict) or k not in s]
         if missing:
             raise SummaryError(f"the figures of {label!r} lack {', '.join(missing)}")
-        bad = [k for k in SUMMARY_FIELDS[1:-1] if not isinstance(s[k], (int, float))
-               and not (k in QUALITY_FIELDS and s[k] is None)]
+        bad = [k for k in SUMMARY_FIELDS[1:-1] if not _number(s[k]) and not (k in QUALITY_FIELDS and s[k] is None)]
+        bad += [k for k in ("passed", "kept", "target_nfe_speedup", "fed_per_pass") if not _number(s.get(k, 0), True)]
+        bad += [] if _numbers(s["phase_ms"], dict) else ["phase_ms"]
+        bad += [] if _numbers(s.get("level_nfe", []), list) else ["level_nfe"]
         if bad:
             raise SummaryError(f"the figures of {label!r} are not numbers: {', '.join(bad)}")
+        if not (isinstance(s["method"], str) and NAME.fullmatch(s["method"])):
+            raise SummaryError(f"the figures of {label!r}: method must be a method name; got {_show(s['method'])}")
+        if not _verdicts(s.get("inside", {})):
+            raise SummaryError(f"the figures of {label!r}: inside must map yardsticks to true, false or null")
+    _check_run_fields(d)
     return d
+
+
+def _check_run_fields(d: dict) -> None:
+    """The fields of the run itself: what it measured, and the floors and controls its bounds come from."""
+    for key, ok, what in (
+            ("prompts", lambda v: _int(v) and v >= 1, "an integer >= 1"),
+            ("seed", lambda v: _int(v) and 0 <= v < SEED_END, "an integer in [0, 2^63)"),
+            ("specs", lambda v: isinstance(v, list) and all(isinstance(x, str) and x in d["summary"] for x in v),
+             "a list of the labels of 'summary'")):
+        if key not in d:
+            raise SummaryError(f"the summary lacks the field {key!r} (a `python -m core bench --out DIR` run writes it)")
+        if not ok(d[key]):
+            raise SummaryError(f"the summary's {key} must be {what}; got {_show(d[key])}")
+    for key, ok, what in (
+            ("model", lambda v: isinstance(v, str) and NAME.fullmatch(v), "a model pair name"),
+            ("records", lambda v: _int(v) and v >= 0, "an integer >= 0"),
+            ("workers", lambda v: isinstance(v, list) and all(isinstance(w, str) and len(w) <= 200 for w in v),
+             "a list of worker names"),
+            ("floors", _floors_ok, "the noise floors: spreads, reference_seed and each yardstick's value, spread "
+                                   "and bounds as numbers"),
+            ("controls", _controls_ok, "the blurred control: sigma_px, its yardsticks as numbers and its verdicts")):
+        if key in d and not ok(d[key]):
+            raise SummaryError(f"the summary's {key} must be {what}; got {_show(d[key])}")
+
+
+def _floors_ok(f) -> bool:
+    if not isinstance(f, dict):
+        return False
+    bounds = {k: v for k, v in f.items() if k in (*YARDSTICK_BOUNDS, "adherence", "frechet")}
+    return (all(_numbers(b, dict) and _number(b.get("value")) and _number(b.get("spread")) for b in bounds.values())
+            and ("fd_ar" not in f or (all(k in f for k in YARDSTICK_BOUNDS) and _number(f.get("spreads"))
+                                      and _int(f.get("reference_seed")))))
+
+
+def _controls_ok(c) -> bool:
+    b = c.get("blur") if isinstance(c, dict) else None
+    return isinstance(c, dict) and (b is None or (
+        isinstance(b, dict) and all(_number(b.get(k)) for k in ("sigma_px", *YARDSTICK_BOUNDS))
+        and _verdicts(b.get("inside")) and "all" in b["inside"]))
+
+
+def _check_depth(d) -> None:
+    """Iteratively: no nesting a summary does not have reaches a reader's recursion."""
+    stack = [(d, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > SUMMARY_DEPTH:
+            raise SummaryError(f"the summary nests deeper than {SUMMARY_DEPTH} levels")
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((x, depth + 1) for x in children if isinstance(x, (dict, list)))
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v, or_none: bool = False) -> bool:
+    return (v is None and or_none) or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _numbers(v, kind) -> bool:
+    """A dict (of names) or a list of numbers."""
+    return isinstance(v, kind) and all(_number(x) for x in (v.values() if kind is dict else v))
+
+
+def _verdicts(v) -> bool:
+    return isinstance(v, dict) and all(x is None or isinstance(x, bool) for x in v.values())
+
+
+def _show(v) -> str:
+    """A value from a file, quoted for a message: at most 40 characters."""
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
 
 
 def table(result: dict) -> str:

@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from .bench import SummaryError, floors_text, read_summary
 from .runfolder import SUMMARY, write_atomic
-from .trace import PHASES
+from .trace import MAX_BYTES, PHASES
 
 # the explorer's palette (app.theme): a colour per method family and per phase
 FAMILIES = {"ar": "#666666", "mulo": "#1b9e77", "zipar": "#7570b3", "sd": "#1f78b4", "lantern": "#e7298a",
@@ -183,8 +183,11 @@ def summary_file(folder: str | Path) -> Path:
 
 
 def read_folder(folder: str | Path) -> dict:
-    """The merged result of a finished run folder (or of its summary.json)."""
-    return read_summary(summary_file(folder).read_bytes())
+    """The merged result of a finished run folder (or of its summary.json); a file too large to be a
+    summary is refused before it is read."""
+    f = summary_file(folder)
+    with open(f, "rb") as fh:
+        return read_summary(fh.read(MAX_BYTES + 1))
 
 
 def combine(results: list[dict]) -> dict:

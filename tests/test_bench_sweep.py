@@ -162,10 +162,43 @@ def test_wall_ratios_pair_records_of_one_worker_only():
     ("{", "not valid JSON"), ('{"schema": "mulo-trace/2"}', "not a benchmark summary"),
     ('{"schema": "mulo-bench/2", "summary": {}}', "no per-method figures"),
     ('{"schema": "mulo-bench/2", "summary": {"ar": {"method": "ar"}}}', "'ar' lack passes"),
+    ('{"schema": "mulo-bench/2", "summary": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests deeper than 6 levels"),
+    ('{"schema": "mulo-bench/2", "x": [[[[[[0]]]]]]}', "nests deeper than 6 levels"),
+    (b"\x1f\x8b\x08\x00" + bytes(range(256)), "gzip-compressed: unpack it"),
+    (b"\xff\xfe{", "not valid JSON"),
 ])
 def test_a_malformed_summary_is_refused_with_what_is_wrong(text, fragment):
     with pytest.raises(bench.SummaryError, match=fragment):
         bench.read_summary(text)
+
+
+ROW = dict(method="ar", passes=1024.0, passes_speedup=1.0, wall_ms=900.0, wall_speedup=1.0, target_nfe=1024.0,
+           drafter_nfe=0.0, adherence=0.9, frechet=None, fd_ar=None, sharpness=1.0, loglik_gap=0.0,
+           phase_ms=dict.fromkeys(PHASES, 1.0))
+WHOLE = dict(schema="mulo-bench/2", model="embedded", prompts=2, seed=0, specs=["ar"], records=4, summary={"ar": ROW})
+
+
+@pytest.mark.parametrize("damage, fragment", [
+    (dict(prompts=None), "the summary lacks the field 'prompts'"),
+    (dict(prompts="[x](https://example.com)"), "the summary's prompts must be an integer >= 1; got '[x](https://"),
+    (dict(seed=2 ** 63), "the summary's seed must be an integer in [0, 2^63)"),
+    (dict(specs=["ar", "mulo"]), "the summary's specs must be a list of the labels of 'summary'"),
+    (dict(model="<b>pair</b>"), "the summary's model must be a model pair name"),
+    (dict(records="many"), "the summary's records must be an integer >= 0"),
+    (dict(floors=dict(fd_ar=dict(value=1.0, spread="wide", high=2.0))), "the summary's floors must be"),
+    (dict(controls=dict(blur=dict(sigma_px=1.0))), "the summary's controls must be"),
+    (dict(summary={"ar <script>": ROW}), "the summary names a spec 'ar <script>'"),
+    (dict(summary={"ar": dict(ROW, method="<i>ar</i>")}), "the figures of 'ar': method must be a method name"),
+    (dict(summary={"ar": dict(ROW, phase_ms="fast")}), "the figures of 'ar' are not numbers: phase_ms"),
+    (dict(summary={"ar": dict(ROW, inside=dict(all="yes"))}), "the figures of 'ar': inside must map yardsticks to true, false"),
+    (dict(summary={"x" * 5000: ROW}), "the summary names a spec '" + "x" * 36 + "...;"),
+])
+def test_every_field_a_figure_or_a_page_reads_is_checked_by_name(damage, fragment):
+    assert bench.read_summary(json.dumps(WHOLE)) == WHOLE
+    d = {k: v for k, v in {**WHOLE, **damage}.items() if v is not None}
+    with pytest.raises(bench.SummaryError) as refused:
+        bench.read_summary(json.dumps(d))
+    assert str(refused.value).startswith(fragment) and len(str(refused.value)) < 300, str(refused.value)
 
 
 def test_evaluate_ar_under_two_ranks_gives_the_figures_of_one_process():

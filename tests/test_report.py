@@ -1,4 +1,5 @@
 """`python -m core report DIR` as a process: one self-contained HTML page from a bench run folder."""
+import gzip
 import html
 import json
 import re
@@ -259,3 +260,30 @@ def test_two_outputs_naming_one_file_are_refused_before_anything_is_written(benc
     done = report(bench_folder, "--html", same, "--svg", same)
     assert done.returncode == 2 and "--html and --svg name the same file" in done.stderr
     assert not same.exists()
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda d: d.pop("prompts"), "error: the summary lacks the field 'prompts'"),
+    (lambda d: d.update(seed="[x](https://example.com)"), "error: the summary's seed must be an integer in [0, 2^63)"),
+    (lambda d: d["summary"].update({"<a href=https://example.com>x</a>": d["summary"]["ar"]}),
+     "error: the summary names a spec '<a href=https://example.com>x</a>'"),
+    (lambda d: d.update(x=[[[[[[[[0]]]]]]]]), "error: the summary nests deeper than 6 levels"),
+])
+def test_a_damaged_summary_is_one_line_and_exit_2_naming_what_is_wrong(bench_folder, tmp_path, damage, words):
+    d = json.loads((bench_folder / "summary.json").read_text())
+    damage(d)
+    (tmp_path / "summary.json").write_text(json.dumps(d))
+    done = report(tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith(words) and done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize("text, words", [
+    (b'{"schema": "mulo-bench/2", "summary": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "error: the summary nests deeper than 6 levels"),
+    (gzip.compress(b'{"schema": "mulo-bench/2"}'), "error: the file is gzip-compressed"),
+])
+def test_a_summary_past_the_parsers_limits_is_refused_by_name(tmp_path, text, words):
+    (tmp_path / "summary.json").write_bytes(text)
+    done = report(tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith(words) and "Traceback" not in done.stderr, done.stderr
