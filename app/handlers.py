@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -23,7 +24,7 @@ import torch
 from core import bench, engine, report
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig, draft_spec, validate
 from core.embedded import family
-from core.embedded.domain import COLS, ROWS, PromptError, parse_prompt
+from core.embedded.domain import BACKGROUNDS, COLOURS, PLACES, SHAPES, SIZES, PromptError, parse_prompt
 from core.embedded.evaluate import quality as measured_quality
 from core.methods import registry
 from core.models import hub
@@ -120,12 +121,24 @@ def user_errors(what: str = ""):
     try:
         yield
     except (ParameterError, PromptError, TraceError) as e:
-        raise user_error(_plain(f"{what}{with_symbol(str(e))}")) from None
+        raise user_error(f"{what}{with_symbol(str(e))}") from None
 
 
 def _plain(text: str) -> str:
-    """A message shown by the page, with any markup a client slipped into it made inert."""
+    """A message as a toast shows it (the page renders a toast's text as HTML): any markup a client
+    slipped into it made inert. Applied once, where the message leaves for the page."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _markdown_text(value) -> str:
+    """A value from a client or a file as plain text inside Markdown: every ASCII punctuation mark
+    backslash-escaped (no link, autolink, emphasis, HTML or LaTeX), on one line."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", " ".join(str(value).split()))
+
+
+def _clip(text: str, most: int = 40) -> str:
+    """Text from a client as a message quotes it, unquoted: at most `most` characters."""
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _whole(v) -> int:
@@ -171,18 +184,25 @@ def run_config(*knobs) -> RunConfig:
         try:
             values[name] = _knob(name, v)
         except (TypeError, ValueError, OverflowError):
-            kind = "an integer" if name in _INTS else "a finite number" if name in _FLOATS else "text"
-            raise user_error(f"{name} must be {kind}; got {_short(v)}") from None
+            raise user_error(f"{name} must be {_kind(name)}; got {_short(v)}") from None
+    return _assembled(values)
+
+
+def _kind(name: str) -> str:
+    return "an integer" if name in _INTS else "a finite number" if name in _FLOATS else "text"
+
+
+def _assembled(values: dict) -> RunConfig:
+    """The RunConfig of every knob's value, typed as the engine takes it."""
     return RunConfig(method=values["method"], prompt=values["prompt"], seed=values["seed"],
                      sampling=SamplingConfig(**{f: values[f] for f in _SAMPLING_FIELDS}),
                      params=MethodParams(**{f: values[f] for f in _PARAM_FIELDS}), model=values["model"])
 
 
 def _short(v) -> str:
-    """A value a client sent, quoted for a message: at most 40 characters, no markup."""
+    """A value a client sent, quoted for a message: at most 40 characters (user_error escapes it)."""
     s = repr(v)
-    s = s if len(s) <= 40 else s[:37] + "..."
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return s if len(s) <= 40 else s[:37] + "..."
 
 
 def checked(cfg: RunConfig):
@@ -204,7 +224,7 @@ def checked(cfg: RunConfig):
     except gr.Error:
         raise
     except (ValueError, OSError) as e:  # bad prompt for the pair, weights unreadable
-        raise user_error(_plain(str(e))) from None
+        raise user_error(str(e)) from None
     return pair
 
 
@@ -402,7 +422,7 @@ for _m, _rule in (("sd", "min(1, p/q)"), ("lantern", "min(1, p̃/q), with p̃ th
 
 def explain_method(method: str) -> tuple[str, str, str]:
     """The explanations of the image row, the heatmap and the islands panel for the chosen method."""
-    return METHOD_EXPLAIN.get(method, METHOD_EXPLAIN["mulo"])
+    return METHOD_EXPLAIN.get(method if isinstance(method, str) else "mulo", METHOD_EXPLAIN["mulo"])
 
 
 def views(state: dict | None, show_grid: bool = False) -> tuple:
@@ -459,8 +479,10 @@ def level_views(trace, n: int, tok, show_grid: bool = False) -> tuple:
     v = render.verdict(lv)
     proposal = render.grid_image(lv.proposal, tok, False)
     up = "the low-res draft above" if n == 1 else f"level {n - 1}'s draft"
+    k = lv.params.get("k", "?")   # an uploaded trace's knobs may hold any short word: shown as plain text
     title = LEVEL_TITLE.format(n=n, h=h, w=w, dh=dh, dw=dw, tau=float(lv.params.get("tau", 0.0)),
-                               k=lv.params.get("k", "?"), T="×".join(map(str, trace.grid["target"])), up=up)
+                               k=k if isinstance(k, int) else _markdown_text(k),
+                               T="×".join(map(str, trace.grid["target"])), up=up)
     return (title, render.grid_image(lv.draft, tok, show_grid),
             render.with_grid(proposal, h, w) if show_grid else proposal,
             plots.heatmap(lv, v),
@@ -478,9 +500,9 @@ log = logging.getLogger("mulo.app")
 
 
 def user_error(message: str) -> gr.Error:
-    """A mistake in the input: shown once in the page, one line in the server log, no traceback."""
+    """A mistake in the input: shown once in the page (escaped there), one line in the server log, no traceback."""
     log.warning("user input refused: %s", message)
-    return gr.Error(message, print_exception=False)
+    return gr.Error(_plain(message), print_exception=False)
 
 
 class Stopped(Exception):
@@ -614,7 +636,7 @@ def fetching(name: str):
             yield _live(f"Downloading {seen['f']}: {seen['done'] / 2**20:.0f} of {seen['total'] / 2**20:.0f} MiB…",
                         stale=False)
     if failed:
-        raise gr.Error(str(failed[0]))
+        raise gr.Error(_plain(str(failed[0])))
 
 
 @GPU
@@ -882,7 +904,7 @@ def _numbers(text: str, name: str, cast, most: int = 6) -> list:
     try:
         vals = [cast(x) for x in str(text).replace(";", ",").split(",") if x.strip()]
     except ValueError:
-        raise user_error(f"{name} must be a comma-separated list of numbers; got {text}") from None
+        raise user_error(f"{name} must be a comma-separated list of numbers; got {_short(text)}") from None
     if not 1 <= len(vals) <= most:
         raise user_error(f"{name}: give 1 to {most} values (each costs a full run); got {len(vals)}")
     return vals
@@ -934,16 +956,16 @@ def open_summary(path):
     """Upload handler: (frontier figure, status) of a precomputed sweep, a bench run folder's summary.json;
     no model runs, so a workshop can show a sweep too large to run live."""
     if not path:
-        raise gr.Error("no file: choose the summary.json of a `python -m core bench --out DIR` run")
+        raise user_error("no file: choose the summary.json of a `python -m core bench --out DIR` run")
     size = os.path.getsize(path)
     if size > MAX_BYTES:
-        raise gr.Error(f"the summary is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
+        raise user_error(f"the summary is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are accepted")
     with open(path, "rb") as f:
         text = f.read()
     try:
         result = bench.read_summary(text)
     except bench.SummaryError as e:
-        raise gr.Error(f"cannot open this summary: {e}") from None
+        raise user_error(f"cannot open this summary: {e}") from None
     floors = result.get("floors") or {}
     bounds = (f"dashed lines: its bounds (ar's noise floor ± {floors['spreads']:g} spreads, ar against ar at "
               "other seeds)" if "fd_ar" in floors else "no bounds (a run needs at least 3 prompts)")
@@ -954,8 +976,8 @@ def open_summary(path):
 
 def preset(name: str) -> tuple:
     """Knob values of a preset (defaults for every knob it leaves alone), then its explanation."""
-    if name not in PRESETS:
-        raise user_error(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    if not isinstance(name, str) or name not in PRESETS:
+        raise user_error(f"unknown preset {_short(name)}; choose one of: {', '.join(PRESETS)}")
     text, overrides = PRESETS[name]
     values = {**DEFAULTS, **overrides}
     # a preset changes how we decode, not what we draw, with what, nor the pair's sampling
@@ -982,23 +1004,22 @@ def with_symbol(message: str) -> str:
 
 
 def _check_one(name: str, value, pair) -> str | None:
-    """Why `name` = `value` (already of the right type) is refused by the engine, or None."""
+    """Why `name` = `value` (already of the right type) is refused by the engine, or None (plain text)."""
     try:
-        cfg = run_config(*[value if k == name else DEFAULTS[k] for k in KNOBS])
+        cfg = _assembled({**DEFAULTS, name: value})
         validate(cfg, pair.vocab_size, pair.grid, registry())
         if cfg.method == "mulo":   # a cascade's grids must be ones the pair's multi-resolution model serves
             engine._check_cascade(cfg.params, pair)   # what engine.context checks, without reading the prompt
     except ParameterError as e:
         return str(e)
-    except gr.Error as e:
-        return e.message
     return None
 
 
 def from_query(request: gr.Request) -> tuple:
     """Knob values from the page's query string (?tau=0.2&method=mulo…, or ?preset=<name> with
     knobs on top), then the preset menu and its text. A value the engine refuses is not loaded: a
-    warning names the knob, its range and the value kept; one log line per refused value."""
+    warning names the knob, its range and the value kept; one log line per refused value. Each knob
+    is read on its own, with the parser the API uses, so one bad value never keeps the others out."""
     params = dict(request.query_params) if request is not None else {}
     base, chosen_preset, preset_text = {}, gr.skip(), gr.skip()
     if "preset" in params:
@@ -1008,51 +1029,48 @@ def from_query(request: gr.Request) -> tuple:
             base = {k: v for k, v in chosen.items() if k not in ("prompt", "seed", "model")}
             chosen_preset, preset_text = name, preset(name)[-1]
         else:
-            _refuse(f"ignored preset={params['preset']} from the link: not one of {', '.join(PRESETS)}")
+            _refuse(f"ignored preset={_clip(params['preset'])} from the link: not one of {', '.join(PRESETS)}")
     model = params.get("model", DEFAULTS["model"])
     if model not in engine.found_pairs():
         model = DEFAULTS["model"]
     pair = engine.load_pair(model)
     out = []
     for k in KNOBS:
-        kept = base.get(k, gr.skip())
-        if k not in params:
-            out.append(kept)
-            continue
-        v = params[k]
-        if k == "model" and v not in engine.found_pairs():
-            _refuse(f"ignored model={v} from the link: not found on this machine")
-            out.append(kept)
-            continue
-        try:
-            value = float(v) if k in _INTS | _FLOATS else v
-            if k in _INTS:
-                if value != int(value):
-                    raise ValueError
-                value = int(value)
-        except ValueError:
-            _refuse(f"ignored {k}={v} from the link: {k} must be {'an integer' if k in _INTS else 'a number'}")
-            out.append(kept)
-            continue
-        why = _check_one(k, value, pair)
-        if why is not None:
-            now = base.get(k, DEFAULTS[k])
-            _refuse(f"ignored {k}={v} from the link: {with_symbol(why)}; {k} stays {now}")
-            out.append(kept)
-            continue
-        lo, hi, _ = SLIDERS.get(k, (None, None, None))
-        if lo is not None and not lo <= value <= hi:   # the engine accepts it: widen the slider, never clamp
-            out.append(gr.update(value=value, minimum=min(lo, value), maximum=max(hi, value)))
-        else:
-            out.append(value)
-    for k in sorted(set(params) - set(KNOBS) - {"preset"}):
-        _refuse(f"ignored unknown link parameter {k}")
+        value = _link_value(k, params[k], base, pair) if k in params else None
+        out.append(base.get(k, gr.skip()) if value is None else value)
+    unknown = sorted(set(params) - set(KNOBS) - {"preset"})
+    if unknown:   # one warning, however many: a link cannot flood the page or the log
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        _refuse(f"ignored unknown link parameter{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(_clip(k) for k in unknown[:3])}{more}")
     return (*out, chosen_preset, preset_text)
+
+
+def _link_value(k: str, v: str, base: dict, pair):
+    """What the page loads for knob k = v of a link (the value, or a slider widened to it), or None
+    after a warning that names the knob and why it was refused."""
+    shown = f"{k}={_clip(v)}"
+    if k == "model" and v not in engine.found_pairs():
+        _refuse(f"ignored {shown} from the link: not found on this machine")
+        return None
+    try:
+        value = _knob(k, v)
+    except (TypeError, ValueError, OverflowError):
+        _refuse(f"ignored {shown} from the link: {k} must be {'a number' if k in _FLOATS else _kind(k)}")
+        return None
+    why = _check_one(k, value, pair)
+    if why is not None:
+        _refuse(f"ignored {shown} from the link: {with_symbol(why)}; {k} stays {base.get(k, DEFAULTS[k])}")
+        return None
+    lo, hi, _ = SLIDERS.get(k, (None, None, None))
+    if lo is not None and not lo <= value <= hi:   # the engine accepts it: widen the slider, never clamp
+        return gr.update(value=value, minimum=min(lo, value), maximum=max(hi, value))
+    return value
 
 
 def _refuse(message: str) -> None:
     log.warning("link refused: %s", message)
-    gr.Warning(message)
+    gr.Warning(_plain(message))
 
 
 def share_link(page_url: str, preset_name: str | None, *knobs) -> str:
@@ -1063,13 +1081,23 @@ def share_link(page_url: str, preset_name: str | None, *knobs) -> str:
 
 
 NO_OBJECT = "(none)"
-PLACES = tuple("center" if (r, c) == ("middle", "center") else f"{r} {c}" for r in ROWS for c in COLS)
+# the prompt builder's menus in build_prompt's order, (label, choices), and what each shows first: the
+# page builds its dropdowns from these, so it offers exactly the words the domain's parser reads
+PROMPT_MENUS = (("Size 1", SIZES), ("Colour 1", COLOURS), ("Shape 1", SHAPES), ("Place 1", PLACES),
+                ("Size 2", SIZES), ("Colour 2", COLOURS), ("Shape 2", (*SHAPES, NO_OBJECT)), ("Place 2", PLACES),
+                ("Background", BACKGROUNDS), ("Background colour", COLOURS))
+PROMPT_CHOSEN = ("large", "red", "circle", "center", "small", "blue", NO_OBJECT, "top left", "striped", "blue")
 
 
 def build_prompt(size1, colour1, shape1, place1, size2, colour2, shape2, place2, background, bg_colour) -> str:
-    """A caption in the domain's grammar from the prompt builder's choices (second object optional)."""
+    """A caption in the domain's grammar from the prompt builder's choices (second object optional);
+    a choice that is not on its menu is named."""
+    for (label, choices), v in zip(PROMPT_MENUS, (size1, colour1, shape1, place1, size2, colour2, shape2, place2,
+                                                   background, bg_colour)):
+        if not isinstance(v, str) or v not in choices:
+            raise user_error(f"{label} must be one of {', '.join(choices)}; got {_short(v)}")
     objects = [f"a {size1} {colour1} {shape1} {place1}"]
-    if shape2 and shape2 != NO_OBJECT:
+    if shape2 != NO_OBJECT:
         if place2 == place1:
             raise user_error("the two objects share one position; give each object its own place")
         objects.append(f"a {size2} {colour2} {shape2} {place2}")

@@ -8,7 +8,6 @@ import numpy as np
 from core import engine
 from core.config import (CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS, REJECTION_MODES, RESAMPLE_MODES,
                          SJD_INITS, UPSAMPLERS)
-from core.embedded.domain import BACKGROUNDS, COLOURS, SHAPES, SIZES
 from core.methods import registry
 from core.trace import MAX_BYTES
 
@@ -196,19 +195,15 @@ def _level_row(n: int) -> dict:
 
 def _prompt_builder(prompt: gr.Textbox) -> None:
     with gr.Accordion("Prompt builder", open=False):
-        parts = []
-        for n, (size, colour, shape, place) in enumerate((("large", "red", "circle", "center"),
-                                                          ("small", "blue", h.NO_OBJECT, "top left")), start=1):
+        menus = []
+        for first, last in ((0, 4), (4, 8), (8, 10)):   # object 1, object 2, the background
             with gr.Row():
-                parts += [gr.Dropdown(list(SIZES), value=size, label=f"Size {n}", min_width=80),
-                          gr.Dropdown(list(COLOURS), value=colour, label=f"Colour {n}", min_width=80),
-                          gr.Dropdown(list(SHAPES) + ([h.NO_OBJECT] if n == 2 else []), value=shape,
-                                      label=f"Shape {n}", min_width=80),
-                          gr.Dropdown(list(h.PLACES), value=place, label=f"Place {n}", min_width=100)]
-        with gr.Row():
-            parts += [gr.Dropdown(list(BACKGROUNDS), value="striped", label="Background", min_width=80),
-                      gr.Dropdown(list(COLOURS), value="blue", label="Background colour", min_width=80)]
-        gr.Button("Use this prompt", size="sm").click(h.build_prompt, parts, prompt, api_visibility="private")
+                for (label, choices), value in zip(h.PROMPT_MENUS[first:last], h.PROMPT_CHOSEN[first:last]):
+                    menus.append(gr.Dropdown(list(choices), value=value, label=label,
+                                             min_width=100 if label.startswith("Place") else 80))
+        # the choices reach build_prompt as sent (preprocess=False): one off its menu is named there, short
+        gr.Button("Use this prompt", size="sm").click(h.build_prompt, menus, prompt, api_visibility="private",
+                                                      preprocess=False)
 
 
 # Runs once when the page loads. (1) Finds the heatmap's Plotly figure whenever it is redrawn and
@@ -370,10 +365,13 @@ def build_demo() -> gr.Blocks:
         summary_file.upload(h.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
         heatmap_click.change(h.inspect_heatmap, [state, heatmap_click], cell, api_visibility="private",
                              show_progress="hidden")
-        preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden")
+        # the menus' values reach their handlers as sent (preprocess=False): one off a menu is named there,
+        # short and escaped, instead of echoed whole by the menu's own check
+        preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden",
+                     preprocess=False)
         knobs["method"].change(h.explain_method, knobs["method"], [explain_images, explain_heatmap,
                                                                    explain_islands],
-                               api_visibility="private", show_progress="hidden")
+                               api_visibility="private", show_progress="hidden", preprocess=False)
         knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
                                                               knobs["cfg_interval"], knobs["lantern_k"],
                                                               knobs["scale"], pair_info], api_visibility="private",

@@ -333,6 +333,48 @@ def test_the_prompt_builder_writes_a_caption_the_domain_reads():
         h.build_prompt("small", "red", "circle", "center", "small", "red", "cross", "center", "noisy", "red")
 
 
+def _read_back(choice: tuple) -> tuple:
+    """The builder's choices of the prompt build_prompt writes, as the domain's parser reads them."""
+    scene = parse_prompt(h.build_prompt(*choice))
+    objects = [(o.size, o.colour, o.shape, o.position_words()) for o in scene.objects]
+    return scene, objects
+
+
+def test_every_choice_of_every_prompt_builder_menu_writes_a_prompt_the_parser_reads_back():
+    assert all(v in choices for (_, choices), v in zip(h.PROMPT_MENUS, h.PROMPT_CHOSEN))   # the page's defaults
+    assert h.build_prompt(*h.PROMPT_CHOSEN) == h.DEFAULTS["prompt"]
+    second = list(h.PROMPT_CHOSEN[:6]) + ["square"] + list(h.PROMPT_CHOSEN[7:])
+    for menu, (_, choices) in enumerate(h.PROMPT_MENUS):
+        for v in choices:
+            choice = list(second)
+            choice[menu] = v
+            if menu in (3, 7) and choice[3] == choice[7]:
+                continue                                    # one place for both: refused below
+            scene, objects = _read_back(tuple(choice))
+            want = [tuple(choice[:4])] + ([tuple(choice[4:8])] if choice[6] != h.NO_OBJECT else [])
+            assert sorted(objects) == sorted(want) and (scene.background, scene.bg_colour) == tuple(choice[8:])
+    places = h.PROMPT_MENUS[3][1]
+    for p1 in places:                                       # every pair of places: both read back, or refused
+        for p2 in places:
+            choice = (*second[:3], p1, *second[4:7], p2, *second[8:])
+            if p1 == p2:
+                with pytest.raises(gr.Error, match="share one position"):
+                    h.build_prompt(*choice)
+            else:
+                assert sorted(o[3] for o in _read_back(choice)[1]) == sorted((p1, p2))
+
+
+@pytest.mark.parametrize("menu", range(10))
+def test_a_prompt_builder_choice_off_its_menu_is_named_short(menu):
+    choice = list(h.PROMPT_CHOSEN)
+    choice[menu] = "<b>" + "x" * 5000
+    with pytest.raises(gr.Error) as refused:
+        h.build_prompt(*choice)
+    label = h.PROMPT_MENUS[menu][0]
+    assert refused.value.message.startswith(f"{label} must be one of ") and "&lt;b&gt;xxx" in refused.value.message
+    assert len(refused.value.message) < 300
+
+
 def test_sweep_plots_speedup_against_quality_for_mulo_and_zipar():
     *_, (fig, status) = h.sweep(None, "0", "16", *knobs())
     assert {t.legendgroup for t in fig.data} == {"ar", "mulo", "zipar"}

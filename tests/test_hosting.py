@@ -133,3 +133,73 @@ def test_markup_in_a_knob_comes_back_inert(url):
     msg = call(url, "generate", [False, *knobs(method="<img src=x onerror=alert(1)>")])
     error = msg["output"]["error"]
     assert not msg["success"] and "&lt;img" in error and "<img" not in error
+
+
+@pytest.mark.parametrize("knob, value", [("cfg_interval", 2 ** 64), ("cfg_interval", 10 ** 30), ("gsd_group", 10 ** 30),
+                                         ("pjd_c", 2 ** 64), ("seed", 10 ** 30)])
+def test_an_integer_knob_past_its_bound_is_named_with_its_range(url, knob, value):
+    msg = call(url, "generate", [False, *knobs(**{knob: value})])
+    error = msg["output"].get("error") or ""
+    assert not msg["success"] and error.startswith(h.with_symbol(f"{knob} must be ")) and "got " in error, msg
+
+
+@pytest.mark.parametrize("value", ["x" * 100_000, "<a href='https://example.com/p'>p</a>", ["Raster rejection"], 7])
+def test_the_preset_endpoint_names_an_unknown_preset_short_and_inert(url, value):
+    msg = call(url, "preset", [value])
+    error = msg["output"].get("error") or ""
+    assert not msg["success"] and error.startswith("unknown preset ") and len(error) < 1000, len(error)
+    assert "<a" not in error and "x" * 41 not in error
+    assert call(url, "preset", ["Raster rejection"])["success"]
+
+
+def test_the_prompt_builder_takes_the_page_s_own_defaults_and_each_choice_its_menus_offer(url):
+    from core.embedded.domain import parse_prompt
+    config = httpx.get(url + "config", timeout=60).json()
+    props = {c["id"]: c.get("props", {}) for c in config["components"]}
+    dep = next(d for d in config["dependencies"] if d.get("api_name") == "build_prompt")
+    menus = [props[i] for i in dep["inputs"]]
+    chosen = [m["value"] for m in menus]
+    for n, menu in enumerate(menus):
+        for _, value in menu["choices"]:
+            choice = [*chosen[:n], value, *chosen[n + 1:]]
+            if choice[6] != h.NO_OBJECT and choice[3] == choice[7]:
+                continue                                      # two objects in one place: refused by name
+            msg = call(url, "build_prompt", choice)
+            assert msg["success"], (menu["label"], value, msg)
+            assert parse_prompt(msg["output"]["data"][0])     # the parser reads what the menus wrote
+    assert call(url, "build_prompt", chosen)["output"]["data"][0] == h.DEFAULTS["prompt"]
+
+
+def test_a_damaged_or_packed_summary_upload_is_named_and_the_app_stays_up(client, bench_folder, tmp_path):
+    import gzip
+    import json
+    raw = (bench_folder / "summary.json").read_bytes()
+    d = json.loads(raw)
+    del d["prompts"]
+    cases = {"missing.json": (json.dumps(d).encode(), "cannot open this summary: the summary lacks the field 'prompts'"),
+             "deep.json": (b'{"schema": "mulo-bench/2", "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+                           "cannot open this summary: the summary nests deeper than 6 levels"),
+             "packed.json": (gzip.compress(raw), "cannot open this summary: the file is gzip-compressed")}
+    for name, (data, words) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(Exception) as refused:
+            client.predict(handle_file(str(tmp_path / name)), api_name="/open_summary")
+        assert words in str(refused.value), (name, str(refused.value))
+    _, status = client.predict(handle_file(str(bench_folder / "summary.json")), api_name="/open_summary")
+    assert status.startswith("Opened a precomputed sweep")
+
+
+LINK = "[see](https://example.com/k)"   # a short word a trace's knobs may hold that Markdown would make a link
+
+
+def test_markup_in_an_uploaded_cascade_s_knobs_reaches_the_level_title_as_plain_text(client, tmp_path):
+    import json
+    _, trace_path, *_ = client.predict(False, *knobs(scale=2, draft_method="mulo/scale=2"), api_name="/generate")
+    with open(trace_path) as f:
+        d = json.load(f)
+    d["params"]["k"] = LINK
+    (tmp_path / "marked.json").write_text(json.dumps(d))
+    status, _, *views = client.predict(handle_file(str(tmp_path / "marked.json")), False, api_name="/replay")
+    title = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))["level1_title"]
+    assert "Level 1 (16×16, verified by the drafter)" in title
+    assert r"k = \[see\]\(https\:\/\/example\.com\/k\)" in title and LINK not in title

@@ -17,6 +17,8 @@ SIZES = ("small", "medium", "large")
 BACKGROUNDS = ("gradient", "striped", "checkered", "noisy")
 ROWS = ("top", "middle", "bottom")
 COLS = ("left", "center", "right")
+# the position words of the nine cells in raster order, as captions write and the parser reads them
+PLACES = tuple("center" if (r, c) == (1, 1) else f"{ROWS[r]} {COLS[c]}" for r in range(3) for c in range(3))
 FILLER = ("a", "an", "and", "on", "background")
 
 RGB = {
@@ -40,9 +42,7 @@ class SceneObject:
     col: int  # 0..2 (left, center, right)
 
     def position_words(self) -> str:
-        if (self.row, self.col) == (1, 1):
-            return "center"
-        return f"{ROWS[self.row]} {COLS[self.col]}"
+        return PLACES[self.row * 3 + self.col]
 
 
 @dataclass(frozen=True)
