@@ -301,6 +301,92 @@ def test_a_link_loads_a_draft_method_and_refuses_a_bad_one_by_name(browser, app_
     assert len(refused) == 2 and all(": draft_method " in line for line in refused), refused
 
 
+LINK_PAYLOAD = "<a id=pwn href=https://x.example>pwn</a>"     # 40 characters: shown whole, never clipped
+
+
+def toast_texts(pg) -> str:
+    return "\n".join(pg.locator(".toast-body").all_inner_texts())
+
+
+def test_a_link_s_markup_shows_as_text_and_a_value_past_every_range_keeps_no_other_knob_out(browser, app_url,
+                                                                                             app_log):
+    """seed=1e400 once failed the page-load handler, so tau=0.2 was lost too; markup in a value, a
+    parameter name or a preset name was rendered by the toast, a live link."""
+    from urllib.parse import quote
+    from playwright.sync_api import expect
+    payload = quote(LINK_PAYLOAD, safe="")
+    pg = open_page(browser, f"{app_url.rstrip('/')}/?seed=1e400&tau=0.2&method={payload}&{payload}=1"
+                            f"&preset={payload}")
+    try:
+        expect(pg.locator("#tau input[type=number]")).to_have_value("0.2")
+        expect(pg.locator(".toast-body").first).to_contain_text("ignored seed=1e400 from the link: seed must be "
+                                                                "an integer")
+        pg.wait_for_function("() => document.querySelectorAll('.toast-body').length >= 1 && "
+                             "[...document.querySelectorAll('.toast-body')].map(t => t.innerText).join(' ')"
+                             ".includes('unknown link parameter')")
+        text = toast_texts(pg)
+        assert f"ignored method={LINK_PAYLOAD} from the link: method must be one of" in text, text
+        assert f"ignored preset={LINK_PAYLOAD} from the link" in text and \
+            f"ignored unknown link parameter {LINK_PAYLOAD}" in text, text
+        assert "&lt;" not in text and "&amp;" not in text                  # escaped once: the text as sent
+        assert pg.locator("#pwn").count() == 0 and pg.locator(".toast-body a").count() == 0
+        assert len([line for line in app_log if line.startswith("link refused")]) == 4
+    finally:
+        pg.close()
+
+
+K_PAYLOAD = "[pwn](https://x.example/k)<b id=pwb>b</b>"   # a short word an uploaded trace's knobs may hold
+
+
+def test_a_replayed_cascade_shows_markup_in_its_knobs_as_plain_text_in_the_level_title(browser, app_url, tmp_path):
+    import json
+    from playwright.sync_api import expect
+    from app.handlers import DEFAULTS
+    from core import engine
+    from core.config import RunConfig
+    run = RunConfig(prompt=DEFAULTS["prompt"]).with_params(tau=0.0, draft_method="mulo/scale=2")
+    d = json.loads(engine.run(run, engine.load_pair("embedded")).to_json())
+    d["params"]["k"] = K_PAYLOAD
+    path = tmp_path / "cascade.json"
+    path.write_text(json.dumps(d))
+    pg = open_page(browser, app_url)
+    try:
+        pg.get_by_role("tab", name="Trace files").click()
+        pg.locator("#upload input[type=file]").set_input_files(str(path))
+        pg.wait_for_timeout(1500)
+        pg.locator("#replay").click()
+        expect(pg.locator("#status")).to_contain_text("Replayed an uploaded", timeout=60_000)
+        pg.get_by_role("tab", name="Run").click()
+        title = pg.locator("#level1-title")
+        expect(title).to_contain_text("Level 1 (16×16, verified by the drafter)")
+        expect(title).to_contain_text(f"k = {K_PAYLOAD}")                  # the knob as written, escaped once
+        assert title.locator("a").count() == 0 and pg.locator("#pwb").count() == 0
+        pg.screenshot(path=str(tmp_path / "level-title.png"), full_page=True)
+    finally:
+        pg.close()
+
+
+def test_the_prompt_builder_offers_the_domain_s_places_and_writes_its_defaults(browser, app_url):
+    from playwright.sync_api import expect
+    from core.embedded.domain import PLACES
+    pg = open_page(browser, app_url)
+    try:
+        prompt = pg.locator("#prompt textarea")
+        prompt.fill("a small pink cross top left on a noisy red background")
+        pg.get_by_text("Prompts: examples and builder").click()
+        pg.get_by_text("Prompt builder", exact=True).click()
+        pg.get_by_role("button", name="Use this prompt").click()
+        expect(prompt).to_have_value("a large red circle center on a striped blue background")   # the defaults
+        pg.get_by_label("Place 1").click()
+        assert [o.replace("✓", "").strip() for o in pg.get_by_role("option").all_inner_texts()] == list(PLACES)
+        pg.get_by_role("option", name="bottom right", exact=True).click()
+        pg.get_by_role("button", name="Use this prompt").click()
+        expect(prompt).to_have_value("a large red circle bottom right on a striped blue background")
+        assert pg.locator(".toast-body").count() == 0
+    finally:
+        pg.close()
+
+
 OVERLAPS_JS = """() => {
   // an element is shown when no ancestor hides it; a box is shown when no clipping ancestor
   // (overflow other than visible) leaves its centre outside (hidden measuring copies, scrolled-out cells)
