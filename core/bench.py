@@ -346,7 +346,8 @@ def _check_run_fields(d: dict) -> None:
             ("specs", lambda v: isinstance(v, list) and all(isinstance(x, str) and x in d["summary"] for x in v),
              "a list of the labels of 'summary'")):
         if key not in d:
-            raise SummaryError(f"the summary lacks the field {key!r} (a `python -m core bench --out DIR` run writes it)")
+            raise SummaryError(f"the summary lacks the field {key!r} (a `python -m core bench --out DIR` run "
+                               "writes it)")
         if not ok(d[key]):
             raise SummaryError(f"the summary's {key} must be {what}; got {_show(d[key])}")
     for key, ok, what in (

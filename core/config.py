@@ -222,7 +222,7 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
            p.gsd_group)
     _check(0.0 <= p.gsd_gap <= 1.0, "gsd_gap", "in [0, 1]", p.gsd_gap)
     _check(0.0 <= p.gsd_dist <= 1.0, "gsd_dist", "in [0, 1] (a quantile)", p.gsd_dist)
-    _check(1 <= p.pjd_c <= WINDOW_MAX, "pjd_c", f"in [1, {WINDOW_MAX}] (>= the grid's width: one row at a time)",
+    _check(1 <= p.pjd_c <= WINDOW_MAX, "pjd_c", f"in [1, {WINDOW_MAX}] (the grid's width or more: one row at a time)",
            p.pjd_c)
     _check(0.0 < p.cool_delta <= 100.0, "cool_delta", "in (0, 100]", p.cool_delta)
     _check(0.0 <= p.cool_nu <= 10.0, "cool_nu", "in [0, 10]", p.cool_nu)
