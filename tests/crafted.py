@@ -31,6 +31,32 @@ def _steps(base: dict, n: int) -> dict:
     return _with(base, steps=[step] * n)
 
 
+def _filled(base: dict, make, room: int = MAX_BYTES - 4096) -> str:
+    """The trace of make(placeholder) with the placeholder replaced by as many numbers as fit the size limit."""
+    text = json.dumps(make("@@"))
+    n = (room - len(text)) // 4
+    return text.replace('"@@"', "[" + ",".join(["0.1"] * n) + "]")
+
+
+def millions_of_numbers(base: dict) -> str:
+    """A real trace and one more step whose prob list fills the file to its size limit (6.3 M numbers):
+    accepted before the reader bounded lists by the grid, and kept by every session that replayed it."""
+    step = dict(phase="decode", model=None, nfe=0, wall_ms=0.0, cells=[])
+    return _filled(base, lambda v: _with(base, steps=base["steps"] + [dict(step, prob=v)]))
+
+
+def largest_accepted(base: dict) -> str:
+    """A real trace padded with as many steps, and cells per step, as the reader accepts."""
+    from core.trace import CELLS_PER_CELL, STEPS_PER_CELL
+    H, W = base["grid"]["target"]
+    cells = sum(h * w for h, w in base["grid"]["levels"])
+    n = STEPS_PER_CELL * cells - len(base["steps"])                  # steps up to the bound
+    per = min(10, (CELLS_PER_CELL * cells - 4 * H * W) // n)          # and about as many cells as allowed
+    step = dict(phase="decode", model="target", nfe=1, wall_ms=0.01, cells=[[0, j] for j in range(per)],
+                tokens=[0] * per)
+    return json.dumps(_with(base, steps=base["steps"] + [step] * n))
+
+
 def crafted(base: dict) -> dict[str, str]:
     """{name: file text}. Every one must be refused with "cannot replay this trace: ..."."""
     H, W = base["grid"]["target"]
@@ -76,4 +102,10 @@ def crafted(base: dict) -> dict[str, str]:
         "unknown schema with HTML": j(_with(base, schema="<b>mulo-trace/9</b>")),
     }
     texts["over the size limit"] = " " * (MAX_BYTES + 1)
+    texts["6.3 M numbers in one step's prob"] = millions_of_numbers(base)
+    texts["6.3 M numbers in an unknown field"] = _filled(base, lambda v: _with(base, extra=v))
+    texts["6.3 M numbers in totals"] = _filled(base, lambda v: _with(base, totals=dict(base["totals"], extra=v)))
+    texts["a step judging its grid twice"] = j(_with(base, steps=[dict(base["steps"][-1], tokens=None,
+                                                                         judged=[[i, k] for i in range(H)
+                                                                                 for k in range(W)] * 2)]))
     return texts

@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from core.trace import (CELLS_PER_CELL, MAX_BYTES, MAX_DEPTH, MAX_DIGITS, MAX_LEVELS, MAX_SIDE, STEPS_PER_CELL,
-                        Limits, Step, Trace, TraceError, totals)
+from core.trace import (CELLS_PER_CELL, HEAD_VALUES, MAX_BYTES, MAX_DEPTH, MAX_DIGITS, MAX_FIELDS, MAX_LEVELS,
+                        MAX_SIDE, STEP_FIELDS, STEPS_PER_CELL, VALUES_PER_CELL, Limits, Step, Steps, Trace, TraceError,
+                        totals)
 
 H, W = 2, 3
 CELLS = H * W
+ALL = [[i, j] for i in range(H) for j in range(W)]
 
 
 def step(**kw) -> dict:
@@ -202,10 +204,28 @@ def test_step_counts_are_bounded_per_cell_of_the_grids():
             rf"^steps must be a list of at most {most} steps \({STEPS_PER_CELL} per cell of the grids\)$")
     refused(trace(steps={}), "steps must be a list")
     budget = CELLS_PER_CELL * CELLS
-    ok(trace(steps=[step(cells=[[1, 2]] * (budget - 1), tokens=None, judged=[[0, 0]])]))
-    refused(trace(steps=[step(cells=[[1, 2]] * budget, tokens=None, judged=[[0, 0]])]),
+    whole = step(cells=ALL, tokens=None, judged=ALL)            # a step writes and judges each cell at most once
+    ok(trace(steps=[whole] * (budget // (2 * CELLS))))
+    refused(trace(steps=[whole] * (budget // (2 * CELLS)) + [step()]),
             rf"^the steps write or judge more than {budget} cells \({CELLS_PER_CELL} per cell of the grids\)$")
-    refused(trace(steps=[step(cells=[[1, 2]] * (budget // 2), tokens=None)] * 2 + [step()]), "write or judge more")
+
+
+def test_no_step_lists_more_cells_than_its_grid_holds():
+    ok(trace(steps=[step(cells=ALL, tokens=[0] * CELLS, judged=ALL)]))
+    for key in ("cells", "judged"):
+        refused(trace(steps=[step(**{key: ALL + [[0, 0]]}, tokens=None)]),
+                rf"^step 0: cells and judged may each list at most the {CELLS} cells of its 2x3 grid$")
+
+
+def test_a_step_is_parsed_only_once_its_values_fit_the_grid():
+    most = VALUES_PER_CELL * CELLS + 4 * STEP_FIELDS
+    ok(trace(steps=[step(), step(judged=ALL, prob=[0.5] * CELLS)]))
+    text = json.dumps(trace(steps=[step(), step(prob="@")]))   # the list is refused unread: it would not fit
+    refused(text.replace('"@"', "[" + ", ".join(["0.5"] * most) + "]"),
+            rf"^step 1 holds more than {most} values; a step of this run holds at most that many "
+            rf"\({VALUES_PER_CELL} per cell of its largest grid\)$")
+    refused(trace(steps=[dict(step(), **{f"x{i}": i for i in range(STEP_FIELDS)})]),
+            rf"^step 0 has {STEP_FIELDS + 6} fields; a step has at most {STEP_FIELDS}$")
 
 
 def test_each_step_field_is_bounded():
@@ -243,8 +263,12 @@ def test_each_step_field_is_bounded():
         ok(trace(steps=[step(**{key: most})]))
         ok(trace(steps=[step(**{key: 0})]))
         refused(trace(steps=[step(**{key: most + 1})]), rf"^step 0: {key} must be an integer in \[0, {most}\]$")
-    ok(trace(steps=[step(prob=[0.5, -2, 3])]))
-    refused(trace(steps=[step(prob=[0.5, "x"])]), r"^step 0: prob must be a list of numbers$")
+    three = [[0, 0], [0, 1], [0, 2]]
+    ok(trace(steps=[step(judged=three, prob=[0.5, -2, 3])]))
+    refused(trace(steps=[step(judged=three, prob=[0.5, "x"])]),
+            r"^step 0: prob must be a list of numbers, at most one per judged cell \(3\)$")
+    refused(trace(steps=[step(judged=three, prob=[0.5] * 4)]), r"at most one per judged cell \(3\)$")
+    refused(trace(steps=[step(prob=[0.5, 0.5])]), r"at most one per judged cell \(1\)$")   # none judged: per cell
     refused(trace(steps=[step(prob=0.5)]), "prob must be a list")
     ok(trace(steps=[step(rows=[0, 1])]))
     refused(trace(steps=[step(rows=[0, 1, 1])]), r"^step 0: rows must be a list of at most 2 row indices in \[0, 2\)$")
@@ -255,8 +279,9 @@ def test_each_step_field_is_bounded():
         refused(trace(steps=[step(note=v)]),
                 r"^step 0: 'note' is not a step field this reader knows; such fields may hold a number, a short "
                 r"word or null only$")
-    ok(trace(steps=[step(accepted=[True, False] * 3)]))
-    refused(trace(steps=[step(accepted=[True] * (CELLS + 1))]), r"^step 0: accepted must be a list of true / false$")
+    ok(trace(steps=[step(judged=ALL, accepted=[True, False] * 3)]))
+    refused(trace(steps=[step(judged=ALL, accepted=[True] * (CELLS + 1))]),
+            rf"^step 0: accepted must be a list of true / false, at most one per judged cell \({CELLS}\)$")
     refused(trace(steps=[step(accepted=[1])]), "accepted must be a list")
     refused(trace(steps=[step(accepted=True)]), "accepted must be a list")
 
@@ -336,7 +361,7 @@ def test_a_schema_1_file_recounts_the_fraction_it_lacks():
     base = {k: v for k, v in trace().items()}
     base["totals"] = {k: v for k, v in base["totals"].items() if k not in ("passed_fraction", "kept_fraction",
                                                                               "level_nfe")}
-    judged = [step(), step(phase="resample", accepted=[False, False]),   # verdicts are read from verify steps only
+    judged = [step(), step(phase="resample", judged=[[0, 0], [0, 1]], accepted=[False, False]),   # verify steps only
               dict(verify(), accepted=[[True, False, None], [True, True, True]])]
     v1 = lambda method, frac: dict(copy.deepcopy(base), schema="mulo-trace/1", method=method,  # noqa: E731
                                    grid=dict(target=[H, W], draft=None), steps=judged,
@@ -362,7 +387,7 @@ def test_totals_count_the_passes_of_each_model_and_level():
 def test_a_schema_1_or_2_file_that_is_malformed_is_refused_not_crashed_on():
     v1_totals = dict(target_nfe=1, drafter_nfe=0, wall_ms=0.5, accepted_fraction=0.5)
     v1 = dict(trace(schema="mulo-trace/1", grid=dict(target=[H, W], draft=None)), totals=v1_totals)
-    for bad, match in ((dict(steps=3), "grid.levels must list"), (dict(totals=[1]), "totals must give"),
+    for bad, match in ((dict(steps=3), "steps must be a list"), (dict(totals=[1]), "totals must give"),
                        (dict(totals=dict(target_nfe=1)), "totals must give"),
                        (dict(tokens=None), "tokens must be"), (dict(tokens=[]), "tokens must be"),
                        (dict(steps=[step(phase="verify", accepted=None)]), "accepted must be a list")):
@@ -405,3 +430,48 @@ def test_a_number_too_large_to_be_finite_is_named_by_its_first_40_characters():
     digits = "1" + "0" * 400 + ".5"
     refused(json.dumps(trace()).replace('"wall_ms": 0.5', f'"wall_ms": {digits}', 1),
             rf"^it holds the number {digits[:40]}, too large to be finite$")
+
+
+def test_a_file_is_read_piece_by_piece_and_must_still_be_valid_json():
+    text = json.dumps(trace())
+    seed = text.index('"seed": 0')
+    refused(text.replace('"seed": 0', '"seed": 0 0'), rf"^it is not valid JSON: Extra data: line 1 column {seed + 11} "
+                                                      rf"\(char {seed + 10}\)$")   # placed in the whole file
+    for bad in (text[:-1] + ", }", text.replace('"steps": [', '"steps": [1: 2, '), '{"a" 1}', '{"a": 1}{"b": 2}',
+                text.replace('"steps": [{', '"steps": [{} {'), text.replace('"seed": 0', '"seed": 0: 1'),
+                '{1: 2}', text.replace('"tokens": [[0', '"tokens": [[0 1'), text[:-1]):
+        refused(bad, "^it is not valid JSON: ")
+    ok(trace(prompt='a "quoted" [prompt], {with} \\ a backslash\\" and: commas, \\\\'))   # strings hold anything
+    assert Trace.from_json(" \n" + text + "\t\r\n").to_dict() == trace()
+    assert Trace.from_json(b"\xef\xbb\xbf" + text.encode()).to_dict() == trace()          # a UTF-8 byte order mark
+    assert Trace.from_json(json.dumps(trace(), indent=2)).to_dict() == trace()
+
+
+def test_fields_other_than_the_grids_and_steps_hold_few_values():
+    refused(dict(trace(), **{f"f{i}": 0 for i in range(MAX_FIELDS)}),
+            rf"^the file has more than {MAX_FIELDS} top-level fields; a trace has 13$")
+    Trace.from_json(json.dumps(dict(trace(), note=[0] * HEAD_VALUES)))          # read, then dropped
+    refused(dict(trace(), note=[0] * (HEAD_VALUES + 1)),
+            rf"^the field 'note' holds more than {HEAD_VALUES} values; only a trace's grids and steps hold that many$")
+    refused(trace(prompt=["p"] * (HEAD_VALUES + 1)), "the field 'prompt' holds more than")
+    refused(trace(tokens=[[0] * W] * H + [[0]]), r"^tokens must be a 2x3 grid")      # refused unread: too many values
+    ok(trace(totals=dict(trace()["totals"], note="w", more=1.5)))
+    refused(trace(totals=dict(trace()["totals"], note=[1])), r"^totals: at most 16 fields, those other than the counts")
+    refused(trace(totals=dict(trace()["totals"], **{f"x{i}": 0 for i in range(11)})), "totals: at most 16 fields")
+    ok(trace(grid=dict(trace()["grid"], note="w")))
+    refused(trace(grid=dict(trace()["grid"], note=[0] * 100)), r"^grid: a field other than target, draft and levels")
+    grid = dict(target=[H, W], draft=[1, 1], levels=[[H, W], [1, 1]])
+    lv = dict(method="ar", grid=[1, 1], tokens=[[0]], proposal=None, draft=None)
+    ok(trace(grid=grid, draft=[[0]], levels=[dict(lv, note="w")]))
+    refused(trace(grid=grid, draft=[[0]], levels=[dict(lv, note=[0])]), r"^levels\[0\] must give")
+
+
+def test_a_read_trace_keeps_its_steps_as_text_and_writes_them_back_unchanged():
+    d = trace(steps=[step(), step(cells=ALL, tokens=[1] * CELLS), step(phase="upsample", model=None, cells=[], tokens=None)])
+    t = Trace.from_json(json.dumps(d))
+    assert isinstance(t.steps, Steps) and len(t.steps) == 3 and t.steps == d["steps"]
+    assert t.steps[1] == d["steps"][1] and t.steps[1:] == d["steps"][1:] and list(t.steps) == d["steps"]
+    assert t.to_json() == json.dumps(d) and Trace.from_dict(d).to_json() == json.dumps(d)
+    assert t.steps.nbytes() < len(json.dumps(d["steps"]))
+    t.steps[0]["cells"].append([1, 1])                # a step read is a fresh dict: the trace is unchanged
+    assert t.steps[0] == d["steps"][0]

@@ -3,14 +3,15 @@ quickly and before anything is sized by it; real traces still replay."""
 import json
 import re
 import time
+import tracemalloc
 
 import gradio as gr
 import pytest
 
 from app import handlers as h
 from app import plots
-from core.trace import Trace
-from crafted import crafted, real_trace
+from core.trace import MAX_BYTES, Steps, Trace
+from crafted import crafted, largest_accepted, millions_of_numbers, real_trace
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,42 @@ def test_a_crafted_trace_is_refused_with_one_clear_message(files, name):
     message = refused.value.message
     assert message.startswith("cannot replay this trace: ")
     assert not re.search(r"<[A-Za-z/!]", message) and "\x00" not in message and len(message) < 400  # no markup
+
+
+def _replay_traced(path) -> tuple[object, int, int]:
+    """(the session state h.replay returned, or what it raised; peak and still-held traced bytes)."""
+    tracemalloc.start()
+    try:
+        out = h.replay(str(path))[0]   # the state a session keeps; the views go to the page
+    except gr.Error as e:
+        out = e
+    now, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return out, peak, now
+
+
+def test_millions_of_numbers_in_one_step_are_refused_before_they_are_parsed(base, tmp_path):
+    """The file of the issue: 6.3 M numbers in one step's prob, 24 MiB. Parsed whole it took ~240 MB and
+    was accepted; now the step is refused by its count of values, unread."""
+    path = tmp_path / "numbers.json"
+    path.write_text(millions_of_numbers(base))
+    out, peak, _ = _replay_traced(path)
+    assert isinstance(out, gr.Error) and re.fullmatch(
+        rf"cannot replay this trace: step {len(base['steps'])} holds more than \d+ values; a step of this run "
+        r"holds at most that many \(16 per cell of its largest grid\)", out.message), out
+    assert peak < 2 * MAX_BYTES, peak / 2 ** 20     # the file's bytes and the scan's pieces, nothing parsed
+
+
+def test_a_replayed_trace_keeps_its_steps_as_text_about_the_size_of_the_file(base, tmp_path):
+    """The largest trace the reader accepts (every step and cell its budgets allow): what the session keeps
+    is its steps' text, not the parsed lists (about ten times more)."""
+    text = largest_accepted(base)
+    path = tmp_path / "largest.json"
+    path.write_text(text)
+    state, peak, held = _replay_traced(path)
+    assert isinstance(state["trace"].steps, Steps) and state["trace"].to_json() == text
+    assert held < len(text) / 4, (held / 2 ** 20, len(text) / 2 ** 20)
+    assert peak < 6 * len(text), peak / 2 ** 20
 
 
 def test_an_html_method_is_not_echoed_as_markup(files):
