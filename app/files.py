@@ -3,8 +3,8 @@
 Images and trace downloads are written into Gradio's cache folder under content-addressed names,
 through a temporary name and a rename: a file that a client is downloading is never rewritten in
 place (identical runs produce identical names), and Gradio serves it as it already is. A sweeper
-removes every file of that folder older than CACHE_AGE_S, uploads included (also those no event
-ever used), so the disk a host uses stays bounded however long it runs. Knows nothing of models.
+removes every file of that folder older than CACHE_AGE_S, and the uploads no event claimed (app.uploads)
+after UPLOAD_AGE_S, so the disk a host uses stays bounded however long it runs. Knows nothing of models.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from gradio.utils import get_upload_folder
 from PIL import Image
 
 CACHE_AGE_S = int(os.environ.get("MULO_CACHE_AGE_S", "900"))   # a file is kept this long after its last use
+UPLOAD_AGE_S = int(os.environ.get("MULO_UPLOAD_AGE_S", "120"))  # an upload no event claimed is kept this long
 
 
 def cache_folder() -> Path:
@@ -84,17 +85,35 @@ def sweep(root: Path, age_s: float, now: float | None = None) -> int:
     return gone
 
 
+def sweep_unclaimed(root: Path, now: float | None = None) -> int:
+    """Remove the route's uploads (every file of the cache folder outside the app's own) older than
+    UPLOAD_AGE_S; returns how many went."""
+    now = time.time() if now is None else now
+    gone = 0
+    for entry in os.scandir(root):
+        if entry.name != "mulo" and entry.is_dir(follow_symlinks=False):
+            gone += sweep(Path(entry.path), UPLOAD_AGE_S, now)
+            try:
+                os.rmdir(entry.path)
+            except OSError:
+                pass
+    return gone
+
+
 @asynccontextmanager
 async def sweeping(app):
-    """A FastAPI lifespan: sweep every CACHE_AGE_S / 4 seconds (at most a minute) the whole cache
-    folder when GRADIO_TEMP_DIR names one for this app, else (Gradio's shared default) only the
-    app's own files."""
-    root = cache_folder() if os.environ.get("GRADIO_TEMP_DIR") else cache_folder() / "mulo"
+    """A FastAPI lifespan: sweep every CACHE_AGE_S / 4 seconds (at most a minute, at most UPLOAD_AGE_S / 4)
+    the whole cache folder when GRADIO_TEMP_DIR names one for this app, its unclaimed uploads sooner;
+    else (Gradio's shared default) only the app's own files."""
+    own = bool(os.environ.get("GRADIO_TEMP_DIR"))
+    root = cache_folder() if own else cache_folder() / "mulo"
 
     async def loop():
         while True:
-            await asyncio.sleep(min(60.0, CACHE_AGE_S / 4))
+            await asyncio.sleep(min(60.0, CACHE_AGE_S / 4, UPLOAD_AGE_S / 4))
             await asyncio.to_thread(sweep, root, CACHE_AGE_S)
+            if own:
+                await asyncio.to_thread(sweep_unclaimed, root)
     task = asyncio.create_task(loop())
     try:
         yield

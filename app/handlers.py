@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 import torch
+from gradio.context import LocalContext
 
 from core import bench, engine, report
 from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig, draft_spec, validate
@@ -30,7 +31,7 @@ from core.methods import registry
 from core.models import hub
 from core.trace import MAX_BYTES, Limits, Trace, TraceError
 
-from . import files, plots, render
+from . import files, plots, render, uploads
 from . import quality as per_image
 
 try:
@@ -560,11 +561,27 @@ def stop(request: gr.Request):
     return gr.skip()
 
 
+def drop_stale_copies(session: str | None) -> None:
+    """Gradio (6.x) keeps in a session one more copy of an output component each time the output is
+    skipped (gr.skip, a Generate's views while it streams) and later given a value: 24 components, about
+    0.5 MB, a run, for as long as the session lives. Drop the session's copies that are not one of the
+    page's own components (each output keeps the one it uses)."""
+    blocks = LocalContext.blocks.get(None)
+    if blocks is None or session is None or session not in blocks.state_holder:
+        return
+    kept = blocks.state_holder[session]
+    for key in [k for k in kept.blocks_config.blocks if k not in blocks.blocks]:
+        kept.blocks_config.blocks.pop(key, None)
+        kept.config_values.pop(key, None)
+
+
 def forget(request: gr.Request) -> None:
-    """A session ended (its page closed): drop what the app keeps for it outside gr.State."""
+    """A session ended (its page closed): drop what the app keeps for it outside gr.State, its
+    uploads' own copies included."""
     if request is not None:
         with _stop_lock:
             _stop_requests.pop(request.session_hash, None)
+        uploads.forget(request.session_hash)
 
 
 _steps_seen: dict[tuple, int] = {}   # (method, params, grid) -> steps of the last such run, for "about N"
@@ -646,6 +663,7 @@ def generate(request: gr.Request | None, show_grid, *knobs):
     Yields (state, status, trace file, live canvas, results column, *ROWS, *VIEWS). After Stop the page
     shows the previous run's complete views, and says so."""
     session = _session(request)
+    drop_stale_copies(session)
     show_grid = show_grid is True
     run = run_config(*knobs)
     yield from fetching(run.model)
@@ -720,38 +738,33 @@ def trace_limits(name: str) -> Limits:
                   pair.vocab_size)
 
 
-def load_trace(path: str | None) -> Trace:
+def load_trace(path: str | None, session: str | None = None) -> Trace:
     """Read an uploaded trace as data only: size, JSON, every field's type and range, and its grids
-    against the model pair's own, before anything is sized by them (gr.Error otherwise)."""
+    against the model pair's own, before anything is sized by them (gr.Error otherwise). The upload is
+    read from the session's own copy (uploads.claim), which the session removes once read; the
+    upload itself stays for any other session that sent the same file."""
     if not path:
         raise user_error("no file: choose a trace JSON file to replay")
-    if not os.path.isfile(path):
-        raise user_error("the uploaded file is gone (each upload is read once): upload it again")
+    try:
+        own = uploads.claim(path, session)
+    except uploads.UploadError as e:
+        raise user_error(f"cannot replay this upload: {e}") from None
     try:
         with user_errors("cannot replay this trace: "):
-            size = os.path.getsize(path)
+            size = own.stat().st_size
             if size > MAX_BYTES:
                 raise TraceError(f"the file is {size / 2**20:.1f} MiB; at most {MAX_BYTES // 2**20} MiB are read")
-            with open(path, "rb") as f:
+            with open(own, "rb") as f:
                 text = f.read()
             return Trace.from_json(text, trace_limits)
     finally:
-        _forget_upload(path)
+        uploads.release(own, session)
 
 
-def _forget_upload(path: str) -> None:
-    """An upload is read once: remove it from the cache folder (the replayed trace is offered for
-    download again), whether or not it could be replayed."""
-    if os.path.realpath(path).startswith(os.path.realpath(files.cache_folder()) + os.sep):
-        try:
-            os.remove(path)
-        except OSError:
-            pass
-
-
-def replay(path, show_grid=False):
-    """Upload handler: (state, status, trace file, *ROWS, *VIEWS) of an uploaded trace, with no model run."""
-    trace = load_trace(path)
+def replay(path, show_grid=False, request: gr.Request | None = None):
+    """Upload handler: (state, status, trace file, *ROWS, *VIEWS) of an uploaded trace, with no model run.
+    The state keeps the trace as read (its steps compact, core.trace.Steps), not the file's text."""
+    trace = load_trace(path, _session(request))
     state = dict(trace=trace, baseline=None)
     try:
         shown = views(state, show_grid)
@@ -813,6 +826,7 @@ def add_baseline(request: gr.Request | None, state, show_grid=False):
         raise user_error("nothing to compare yet: generate an image or upload a trace first")
     trace = state["trace"]
     session = _session(request)
+    drop_stale_copies(session)
     sampling = {f: trace.params[f] for f in ("cfg", "temperature", "top_k", "top_p") if f in trace.params}
     cfg = RunConfig(method="ar", prompt=trace.prompt, seed=trace.seed, sampling=SamplingConfig(**sampling),
                     model=trace.model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 import numpy as np
+from starlette.middleware import Middleware
 
 from core import engine
 from core.config import (CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS, REJECTION_MODES, RESAMPLE_MODES,
@@ -13,13 +14,16 @@ from core.trace import MAX_BYTES
 
 from . import files
 from . import handlers as h
-from . import theme
+from . import theme, uploads
 
 # what keeps one host safe for many users (README, "Hosting safely"): a bounded queue, uploads no
-# larger than a trace may be, a bounded number of sessions kept, and the cache swept on a schedule
+# larger than a trace may be and bounded in total (app.uploads), a bounded number of sessions kept,
+# a bounded number of replays read at once, and the cache swept on a schedule
 QUEUE = dict(default_concurrency_limit=4, max_size=32)
 STATE_TTL_S = 3600          # a session's run is dropped this long after it was made
-LAUNCH = dict(max_file_size=MAX_BYTES, state_session_capacity=256, app_kwargs=dict(lifespan=files.sweeping),
+REPLAYS_AT_ONCE = 2         # uploaded traces read at once in this process (each may take ~100 MB while read)
+LAUNCH = dict(max_file_size=MAX_BYTES, state_session_capacity=256,
+              app_kwargs=dict(lifespan=files.sweeping, middleware=[Middleware(uploads.Gate)]),
               theme=theme.THEME, css=theme.CSS)
 
 
@@ -356,8 +360,8 @@ def build_demo() -> gr.Blocks:
         baseline_btn.click(h.add_baseline, [state, show_grid], [state, status, *views], api_name="baseline",
                            show_progress_on=[status], **model_events)
         replay_btn.click(h.replay, [upload, show_grid], [state, status, trace_file, *level_columns, *views],
-                         api_name="replay",
-                         show_progress_on=[status])
+                         api_name="replay", show_progress_on=[status], concurrency_id="replay",
+                         concurrency_limit=REPLAYS_AT_ONCE)
         show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
                        show_progress="hidden", trigger_mode="always_last", preprocess=False)

@@ -16,6 +16,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+RUNNING: dict = {}   # url -> the Blocks served there, for tests that look at what a session keeps
+
+
 @contextlib.contextmanager
 def running_app():
     """Yield the URL of a running app; one torch thread while it runs (see test_app_render.one_thread)."""
@@ -24,9 +27,11 @@ def running_app():
     demo = build_demo().queue(**QUEUE)
     _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
                             quiet=True, **LAUNCH)
+    RUNNING[url] = demo
     try:
         yield url
     finally:
+        RUNNING.pop(url, None)
         demo.close()
         torch.set_num_threads(before)
 
