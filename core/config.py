@@ -43,10 +43,10 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class MethodParams:
-    k: int = 128                # mulo: codebook neighbours pooled with the proposal token
-    tau: float = 0.01           # mulo: accept iff pooled mass >= tau
+    k: int = 16                 # mulo: codebook neighbours pooled with the proposal token
+    tau: float = 0.5            # mulo: accept iff pooled mass >= tau
     scale: int = 2              # mulo: up-scale factor r (drafter grid = target grid / r)
-    radius: int = 0             # mulo: Chebyshev expansion radius l
+    radius: int = 2             # mulo: Chebyshev expansion radius l
     window: int = 4             # zipar window w; also the window inside mulo's islands
     draft_window: int = 0       # mulo: shorthand of draft_method=zipar/window=w (0 = off)
     draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)
@@ -202,7 +202,8 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(0.0 <= p.tau <= 1.0, "tau", "in [0, 1]", p.tau)
     _check(p.scale in (2, 4) and (run.method != "mulo" or (H % p.scale == 0 and W % p.scale == 0)),
            "scale", f"2 or 4, dividing the {H}x{W} grid", p.scale)
-    _check(0 <= p.radius <= max(H, W), "radius", f"in [0, {max(H, W)}]", p.radius)
+    _check(0 <= p.radius and (run.method != "mulo" or p.radius <= max(H, W)), "radius", f"in [0, {max(H, W)}]",
+           p.radius)   # only mulo expands; another method's grid may be smaller than mulo's default radius
     _check(1 <= p.window <= WINDOW_MAX, "window", f"in [1, {WINDOW_MAX}]", p.window)
     _check(0 <= p.draft_window <= WINDOW_MAX, "draft_window", f"in [0, {WINDOW_MAX}] (0 = serial drafting)",
            p.draft_window)

@@ -224,6 +224,7 @@ def write(result: dict, target: str | Path, title: str) -> Path:
 
 
 IMAGE_BOUNDS = ("adherence", "frechet", "fd_ar", "sharpness")   # what a person or a classifier sees in the images
+KEPT_FLOOR = 0.01   # a spec that keeps less of its draft than this redrew the image: no speculative decoding
 
 
 def choose(result: dict, family: str = "mulo", bounds: tuple | None = None) -> tuple[str | None, dict[str, bool]]:
@@ -231,9 +232,10 @@ def choose(result: dict, family: str = "mulo", bounds: tuple | None = None) -> t
     (target + drafter; the most passes speedup) inside every bound of the run (core.yardsticks: each
     yardstick within FLOOR_SPREADS spreads of its noise floor, ar against ar at other seeds), or inside
     the bounds named in `bounds` only (IMAGE_BOUNDS: every yardstick but the log-lik gap). Returns
-    (that label or None, {label: inside those bounds} over the family). A spec whose verifier rejected
-    nothing in any run (every cell passed τ, as τ = 0 does) never qualifies: its output is the
-    drafter's alone and it shows no speculative decoding."""
+    (that label or None, {label: inside those bounds} over the family). Two kinds of spec never
+    qualify, since neither shows speculative decoding: one whose verifier rejected nothing in any run
+    (every cell passed τ, as τ = 0 does: its output is the drafter's alone), and one that kept less
+    than KEPT_FLOOR of the cells (the target redrew the image; the draft bought nothing)."""
     summary = result["summary"]
     if "ar" not in summary:
         raise SummaryError("the rule compares with ar: the run has no ar spec")
@@ -246,8 +248,9 @@ def choose(result: dict, family: str = "mulo", bounds: tuple | None = None) -> t
             return bool(inside.get("all"))
         return all(inside.get(b) is not False for b in bounds) and any(inside.get(b) for b in bounds)
     meets = {label: ok(s) for label, s in summary.items() if s["method"] == family}
-    rejects = {lb for lb in meets if summary[lb].get("passed") is None or summary[lb]["passed"] < 1.0}
-    best = max((lb for lb, good in meets.items() if good and lb in rejects),
+    speculates = {lb for lb in meets if (summary[lb].get("passed") is None or summary[lb]["passed"] < 1.0)
+                  and (summary[lb].get("kept") is None or summary[lb]["kept"] >= KEPT_FLOOR)}
+    best = max((lb for lb, good in meets.items() if good and lb in speculates),
                key=lambda lb: summary[lb]["passes_speedup"], default=None)
     return best, meets
 

@@ -24,7 +24,7 @@ PROMPT = "a large red circle center and a small blue square top left on a stripe
 
 
 def mulo(pair, **params):
-    return engine.run(RunConfig(method="mulo", prompt=PROMPT, seed=2).with_params(**{"k": 4, "tau": 0.009, **params}), pair)
+    return engine.run(RunConfig(method="mulo", prompt=PROMPT, seed=2).with_params(**{"k": 4, "tau": 0.009, "radius": 0, **params}), pair)
 
 
 def reddish(colour: str) -> bool:

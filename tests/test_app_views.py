@@ -23,7 +23,7 @@ PROMPT = "a large red circle center and a small blue square top left on a stripe
 
 
 def mulo(pair, **params):
-    return engine.run(RunConfig(method="mulo", prompt=PROMPT, seed=2).with_params(**{"k": 4, "tau": 0.007, **params}), pair)
+    return engine.run(RunConfig(method="mulo", prompt=PROMPT, seed=2).with_params(**{"k": 4, "tau": 0.007, "radius": 0, **params}), pair)
 
 
 def last_judgement(trace, level: int = 0) -> dict[tuple[int, int], tuple[float, bool]]:

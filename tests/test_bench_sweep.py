@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from core import bench
@@ -52,9 +53,10 @@ def one_process(bench_folder):
 def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(one_process):
     result = json.loads((one_process.parent / "one.json").read_text())
     assert result == json.loads((one_process / "summary.json").read_text())
-    assert result["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"] and result["records"] == 9
+    # 3 prompts x (3 specs + the reference, ar at other seeds)
+    assert result["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"] and result["records"] == 12
     assert result["summary"]["ar"]["passes"] == 1024 and result["summary"]["mulo:scale=4:context=verify"]["drafter_nfe"] == 64
-    assert len(records(one_process)) == 9
+    assert len(records(one_process)) == 12
 
 
 def test_two_ranks_under_torchrun_give_the_records_and_summary_of_one_process(one_process, tmp_path):
@@ -89,14 +91,14 @@ def test_a_run_killed_by_sigterm_resumes_without_redoing_a_record(one_process, t
     assert "records are kept in" in err and "run the same command again to continue" in err
     before = lines(out)
     kept = sum(map(len, before.values()))
-    assert 2 <= kept < 9 and not (out / "summary.json").exists()
+    assert 2 <= kept < 12 and not (out / "summary.json").exists()
 
     done = run(bench_cmd(out, 2))
     assert done.returncode == 0, done.stderr
     after = lines(out)
     for name, ls in before.items():
         assert after[name][:len(ls)] == ls          # finished records stay as they were
-    assert sum(map(len, after.values())) == 9       # and none is measured twice
+    assert sum(map(len, after.values())) == 12      # and none is measured twice
     assert without_wall(json.loads((out / "summary.json").read_text())) == \
         without_wall(json.loads((one_process / "summary.json").read_text()))
 
@@ -121,7 +123,7 @@ def test_a_changed_configuration_in_the_same_folder_is_refused(one_process):
                 "--out", str(one_process)])
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"error: {one_process} holds a run of another configuration")
-    assert "prompts: 3 there, 4 now" in done.stderr and "params.tau: 0.01 there, 0.2 now" in done.stderr
+    assert "prompts: 3 there, 4 now" in done.stderr and "params.tau: 0.5 there, 0.2 now" in done.stderr
     assert lines(one_process) == before
 
 
@@ -220,16 +222,26 @@ def test_a_bad_spec_value_stops_before_the_folder_is_claimed(tmp_path):
 
 
 def test_a_pair_without_the_domain_classifier_merges_speed_with_quality_left_empty():
+    """adherence and the FD to the data need the domain's classifier; the yardsticks against ar's own
+    samples (detail FD, sharpness, log-lik gap) need only images and the target, so they stay."""
     from core.config import RunConfig
     configs = bench.configs_of(["zipar"], RunConfig(model="llamagen-t2i"))
+    g = np.random.default_rng(0)
 
     def rec(spec, i, nfe):
+        looks = dict(detail=g.normal(size=18).tolist(), energy=1.0 + g.random(), loglik=-1.0 + 0.01 * g.normal(),
+                     impossible=0)
         return dict(spec=spec, prompt_index=i, worker="w", target_nfe=nfe, target_fed=nfe, drafter_nfe=0,
                     wall_ms=float(nfe), passed=None, kept=None, phase_ms=dict.fromkeys(PHASES, 1.0), adherence=None,
-                    features=None, level_nfe=[nfe], level_ms=[float(nfe)])
-    by_spec = {"ar": [rec("ar", i, 1024) for i in range(3)], "zipar": [rec("zipar", i, 256) for i in range(3)]}
+                    features=None, level_nfe=[nfe], level_ms=[float(nfe)], **looks, blur=dict(looks))
+    by_spec = {"ar": [rec("ar", i, 1024) for i in range(3)], "zipar": [rec("zipar", i, 256) for i in range(3)],
+               bench.REFERENCE: [rec(bench.REFERENCE, i, 1024) for i in range(3)]}
     result = bench.merge(configs, by_spec, scenes=[None] * 3, seed=0, clf=None)
     z = result["summary"]["zipar"]
     assert (z["passes_speedup"], z["adherence"], z["frechet"], result["model"]) == (4.0, None, None, "llamagen-t2i")
+    gap = np.mean([r["loglik"] for r in by_spec["zipar"]]) - np.mean([r["loglik"] for r in by_spec["ar"]])
+    assert z["loglik_gap"] == pytest.approx(gap) and z["fd_ar"] is not None and z["sharpness"] > 0
+    assert "adherence" not in result["floors"] and "frechet" not in result["floors"] and "fd_ar" in result["floors"]
     assert bench.read_summary(json.dumps(result)) == result
-    assert bench.table(result).splitlines()[-1].split()[11:13] == ["-", "-"]
+    row = next(line for line in bench.table(result).splitlines() if line.startswith("zipar"))
+    assert row.split()[11:13] == ["-", "-"]

@@ -97,7 +97,7 @@ def gap(rec: dict, stand_ins: int | None = None) -> float:
 
 
 def run_mulo(pair, **params) -> tuple:
-    cfg = RunConfig(method="mulo", prompt=PROMPT, seed=0).with_params(**{"k": 4, "tau": TAU_SOME, **params})
+    cfg = RunConfig(method="mulo", prompt=PROMPT, seed=0).with_params(**{"k": 4, "tau": TAU_SOME, "radius": 0, **params})
     return engine.run(cfg, pair)
 
 

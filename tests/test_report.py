@@ -66,7 +66,7 @@ def _summary(specs: dict) -> dict:
     for label, (speed, adh, fd, sharp, gap) in specs.items():
         q = dict(adherence=adh, frechet=1.3, fd_ar=fd, sharpness=sharp, loglik_gap=gap)
         rows[label] = dict(method=label.split(":")[0], passes_speedup=speed, wall_speedup=speed * 0.8,
-                           passes=1024 / speed, passed=1.0 if "tau=0:" in label + ":" else 0.9, **q,
+                           passes=1024 / speed, passed=1.0 if "tau=0:" in label + ":" else 0.9, kept=0.5, **q,
                            inside=yardsticks.inside(q, FLOORS))
     return dict(prompts=100, seed=0, summary=rows, floors=FLOORS)
 
@@ -97,6 +97,10 @@ def test_a_spec_whose_verifier_rejected_nothing_is_never_the_operating_point():
     best, meets = choose(result)
     assert meets["mulo:tau=0"] and best == "mulo"       # inside the bounds, but the output is the drafter's
     result["summary"]["mulo:tau=0"]["passed"] = 0.999   # one rejection somewhere: it verifies
+    assert choose(result)[0] == "mulo:tau=0"
+    result["summary"]["mulo:tau=0"]["kept"] = 0.009     # ... but a spec that kept under 1 % redrew the image
+    assert choose(result)[0] == "mulo"
+    result["summary"]["mulo:tau=0"]["kept"] = 0.01
     assert choose(result)[0] == "mulo:tau=0"
 
 

@@ -104,7 +104,9 @@ def test_the_floors_are_the_reference_measured_against_ar_with_their_spreads():
     ratio = np.median(ref["energy"] / ar["energy"])
     assert f["sharpness"]["value"] == pytest.approx(ratio)
     s = f["sharpness"]["spread"]
-    assert 0 < s < 0.2 and f["sharpness"]["low"] == pytest.approx(math.exp(-3 * s))
+    log_ratio = np.log(ref["energy"] / ar["energy"])
+    assert s == pytest.approx(math.sqrt(math.pi / 2) * log_ratio.std(ddof=1) / math.sqrt(60))
+    assert f["sharpness"]["low"] == pytest.approx(math.exp(-3 * s)) and f["sharpness"]["high"] == pytest.approx(math.exp(3 * s))
     assert f["fd_ar"]["value"] == pytest.approx(yardsticks.fd_to_reference(ar["detail"], ref["detail"]))
     assert f["fd_ar"]["high"] == pytest.approx(f["fd_ar"]["value"] + 3 * f["fd_ar"]["spread"])
     a = ref["adherence"] - ar["adherence"]
