@@ -298,12 +298,13 @@ def frontier_svg(result: dict, family: str = "mulo", width: int = 980, height: i
     (x, log) against each of four yardsticks (adherence, detail FD to ar's samples, sharpness ÷ ar,
     log-lik gap; one panel each, its title naming the field), the run's bounds as dashed lines, filled
     markers for specs of `family` inside every bound, hollow ones outside, the Pareto frontier (faster
-    and better) as a line, the spec `choose` picks ringed and named, ar as a dot and every other method
-    of the run as a labelled square."""
+    and better) as a line, the spec `default_rule` picks ringed and named (with its tier), ar as a dot
+    and every other method of the run as a labelled square."""
     summary = result["summary"]
-    best, meets = choose(result, family)
+    _, meets = choose(result, family)
     if not meets:
         raise SummaryError(f"the run has no {family} spec")
+    best, tier = default_rule(result, family)
     names = {q: (name, way) for q, name, way in QUALITIES}
     panels = [q for q in SVG_PANELS if _num(summary["ar"].get(q)) is not None]
     e = html.escape
@@ -321,6 +322,8 @@ def frontier_svg(result: dict, family: str = "mulo", width: int = 980, height: i
     out.append(f'<text x="10" y="{height - 8}" font-size="11" fill="#333">filled: inside every bound (each yardstick '
                f'within {result["floors"]["spreads"]:g} spreads of ar against ar at other seeds); hollow: outside; '
                f'dashed: the bounds; line: Pareto frontier; squares: other methods; ar passes {ar["passes"]:.0f}</text>'
+               f'<text x="10" y="{height - 22}" font-size="11" fill="#d62728">ringed: the default rule\'s pick, '
+               f'{e(tier) if best else "none"}</text>'
                f'</svg>')
     return "\n".join(out)
 
