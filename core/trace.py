@@ -277,7 +277,7 @@ class _Shape:
     depth: int            # the nesting at the end
     back: int             # the first position where the nesting fell to the starting depth (-1: never)
     in_string: bool       # the text ends inside a string
-    seps: list            # (position, b"," or b":") at nesting `keep`, or None when there were more than `most`
+    seps: list            # (position, ord(",") or ord(":")) at nesting `keep`; None when more than `most`
 
 
 def _scan(raw: bytes, lo: int, hi: int, depth: int, keep: int, most: int) -> _Shape:
@@ -365,7 +365,7 @@ def _fields_of(raw: bytes) -> dict | list:
         return []
     if shape.in_string:
         raise _invalid(raw, tail, "Unterminated string")
-    if shape.back != tail - 1 or shape.depth != 0:
+    if shape.back != tail - 1 or shape.depth != 0 or raw[tail - 1] != ord("}"):
         raise _invalid(raw, tail if shape.back < 0 else shape.back + 1,
                        "Expecting ',' delimiter" if shape.back < 0 else "Extra data")
     if shape.seps is None:
@@ -381,7 +381,7 @@ def _fields_of(raw: bytes) -> dict | list:
             if pos == tail - 1 and not out and _trimmed(raw, start, pos)[0] == pos:
                 break   # {}
             raise _invalid(raw, start, "Expecting property name enclosed in double quotes")
-        key = _take(_Span(raw, start, colon), 1, "it is not valid JSON: a field's name must be a string")
+        key = _take(_Span(raw, start, colon), HEAD_VALUES, "it is not valid JSON: a field's name must be a string")
         if not isinstance(key, str):
             raise _invalid(raw, start, "Expecting property name enclosed in double quotes")
         value = _Span(raw, colon + 1, pos)

@@ -4,6 +4,7 @@ with the message that names the bound. Against the definitions in core/trace.py 
 per-cell budgets), not against what the engine happens to write."""
 import copy
 import json
+import random
 
 import pytest
 
@@ -439,7 +440,8 @@ def test_a_file_is_read_piece_by_piece_and_must_still_be_valid_json():
                                                       rf"\(char {seed + 10}\)$")   # placed in the whole file
     for bad in (text[:-1] + ", }", text.replace('"steps": [', '"steps": [1: 2, '), '{"a" 1}', '{"a": 1}{"b": 2}',
                 text.replace('"steps": [{', '"steps": [{} {'), text.replace('"seed": 0', '"seed": 0: 1'),
-                '{1: 2}', text.replace('"tokens": [[0', '"tokens": [[0 1'), text[:-1]):
+                '{1: 2}', text.replace('"tokens": [[0', '"tokens": [[0 1'), text[:-1], text[:-1] + "]",
+                text.replace('"steps": [', '"steps": {', 1)):
         refused(bad, "^it is not valid JSON: ")
     ok(trace(prompt='a "quoted" [prompt], {with} \\ a backslash\\" and: commas, \\\\'))   # strings hold anything
     assert Trace.from_json(" \n" + text + "\t\r\n").to_dict() == trace()
@@ -475,3 +477,46 @@ def test_a_read_trace_keeps_its_steps_as_text_and_writes_them_back_unchanged():
     assert t.steps.nbytes() < len(json.dumps(d["steps"]))
     t.steps[0]["cells"].append([1, 1])                # a step read is a fresh dict: the trace is unchanged
     assert t.steps[0] == d["steps"][0]
+
+
+def _whole_file(text: str):
+    """The reference: the file parsed whole by json (the reader's number hooks), then checked as a dict."""
+    from core.trace import _no_constant, _parse_float, _parse_int
+    try:
+        d = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        return "refused", f"not JSON: {e}"
+    except TraceError as e:   # a number a hook refused
+        return "refused", str(e)
+    try:
+        return "read", Trace.from_dict(d).to_dict()
+    except TraceError as e:
+        return "refused", str(e)
+
+
+def test_reading_piece_by_piece_agrees_with_parsing_the_whole_file():
+    """Against the reference of json.loads on the whole text: random edits of a small trace (a character
+    dropped, doubled or replaced by a bracket, comma, colon, quote or backslash) are read, or refused,
+    alike, and the reader calls no JSON file invalid (a piece of a broken file may be refused for its
+    count of values before its syntax is read)."""
+    rng = random.Random(0)
+    text = json.dumps(trace(steps=[step(), verify(), step(prob=[0.5], note="a,b:[c]")],
+                            prompt='say "hi", [then] {go}: \\ end'))
+    outcomes = set()
+    for _ in range(600):
+        i = rng.randrange(len(text))
+        edit = rng.choice(["drop", "double", "put"])
+        new = (text[:i] + text[i + 1:] if edit == "drop" else text[:i] + text[i] + text[i:] if edit == "double"
+               else text[:i] + rng.choice('[]{},:"\\ 0') + text[i + 1:])
+        want, what = _whole_file(new)
+        try:
+            got = "read", Trace.from_json(new).to_dict()
+        except TraceError as e:
+            got = "refused", str(e)
+        assert got[0] == want, (new, got, what)
+        if want == "read":
+            assert got[1] == what, new
+        elif got[1].startswith("it is not valid JSON"):
+            assert what.startswith("not JSON"), (new, got, what)
+        outcomes.add(want if want == "read" else got[1][:20])
+    assert len(outcomes) > 10   # the edits reach many different refusals, and some files still read
