@@ -100,6 +100,18 @@ def sweep_unclaimed(root: Path, now: float | None = None) -> int:
     return gone
 
 
+def forget_swept(blocks) -> int:
+    """Drop from Gradio's lists of the files it made or received (blocks.temp_file_sets) those already
+    swept: Gradio drops only what it deletes itself, so each swept file's name would stay for the life
+    of the process. Returns how many names went."""
+    gone = 0
+    for names in getattr(blocks, "temp_file_sets", ()):
+        missing = {n for n in list(names) if not os.path.exists(n)}
+        names -= missing
+        gone += len(missing)
+    return gone
+
+
 @asynccontextmanager
 async def sweeping(app):
     """A FastAPI lifespan: sweep every CACHE_AGE_S / 4 seconds (at most a minute, at most UPLOAD_AGE_S / 4)
@@ -114,6 +126,7 @@ async def sweeping(app):
             await asyncio.to_thread(sweep, root, CACHE_AGE_S)
             if own:
                 await asyncio.to_thread(sweep_unclaimed, root)
+            forget_swept(app.get_blocks() if hasattr(app, "get_blocks") else None)
     task = asyncio.create_task(loop())
     try:
         yield

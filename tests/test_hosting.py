@@ -292,6 +292,15 @@ def test_markup_in_an_uploaded_cascade_s_knobs_reaches_the_level_title_as_plain_
     assert r"k = \[see\]\(https\:\/\/example\.com\/k\)" in title and LINK not in title
 
 
+def test_names_of_swept_files_do_not_stay_in_gradio_s_lists(tmp_path):
+    kept, swept = tmp_path / "kept.png", tmp_path / "swept.png"
+    kept.write_bytes(b"png")
+
+    class Blocks:
+        temp_file_sets = [{str(kept), str(swept)}, {str(swept)}]
+    assert files.forget_swept(Blocks) == 2 and Blocks.temp_file_sets == [{str(kept)}, set()]
+
+
 def test_a_session_keeps_a_bounded_number_of_components_however_many_runs(url):
     """Gradio keeps one more copy of each view a Generate skips while streaming and then fills (24 a
     run, ~0.5 MB, the soak's creep); the app drops them at the session's next run."""
