@@ -14,6 +14,7 @@ import pytest
 from core import bench
 from core.distributed import Ranks, shard
 from core.runfolder import RunFolder, RunFolderError
+from test_cli_safety import as_from_a_terminal
 from core.trace import PHASES
 from conftest import BENCH_ARGS
 
@@ -106,7 +107,7 @@ def test_a_run_killed_by_sigterm_resumes_without_redoing_a_record(one_process, t
 def test_ctrl_c_stops_a_single_process_and_keeps_its_finished_records(tmp_path):
     out = tmp_path / "ctrl-c"
     proc = subprocess.Popen(bench_cmd(out, 1), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 240
     while sum(map(len, lines(out).values())) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)

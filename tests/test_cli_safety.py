@@ -106,12 +106,18 @@ def test_bench_out_on_a_file_or_a_folder_without_write_access_is_named_before_an
     assert taken.read_text() == "not a run folder"
 
 
+def as_from_a_terminal() -> None:
+    """In the child before exec: Ctrl-C as a terminal delivers it. A shell that starts a job in the
+    background (`cmd &`) sets SIGINT to ignored, and a Python started so never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_when_running(args, sig, tmp_path):
     """Start the command, wait for its progress bar, send sig; (returncode, stderr)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     err = open(tmp_path / "stderr.txt", "w+")
     p = subprocess.Popen([sys.executable, "-m", "core", *map(str, args)], cwd=ROOT, env=env, stderr=err,
-                         stdout=subprocess.DEVNULL)
+                         stdout=subprocess.DEVNULL, preexec_fn=as_from_a_terminal)
     deadline = time.time() + 90
     while time.time() < deadline and "[" not in (tmp_path / "stderr.txt").read_text():
         time.sleep(0.1)
