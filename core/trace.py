@@ -111,6 +111,8 @@ class Trace:
             raise TraceError(f"it is not valid JSON: {e}") from None
         if len(raw) > MAX_BYTES:
             raise TraceError(f"the file is {len(raw)} bytes; at most {MAX_BYTES} are read")
+        if raw[:2] == GZIP_MAGIC:
+            raise TraceError("the file is gzip-compressed: unpack it and give the trace .json itself")
         return Trace._checked(_fields_of(raw[3:] if raw.startswith(codecs.BOM_UTF8) else raw), limits_for)
 
     @staticmethod
@@ -136,6 +138,7 @@ class Trace:
 
 
 FIELDS = ("method", "params", "seed", "prompt", "model", "grid", "tokens", "proposal", "draft", "steps", "totals")
+GZIP_MAGIC = b"\x1f\x8b"   # the first two bytes of every gzip file
 MAX_DEPTH = 8             # a trace nests 5 levels (trace, steps, step, rows, values); more is not a trace
 MAX_DIGITS = 19           # integers up to 2^63 - 1
 MAX_SIDE = 256            # a token grid side

@@ -1,6 +1,8 @@
 """Uploaded traces are data from strangers: every crafted file is refused with one clear message,
 quickly and before anything is sized by it; real traces still replay."""
+import gzip
 import json
+import os
 import re
 import time
 import tracemalloc
@@ -45,6 +47,20 @@ def test_a_crafted_trace_is_refused_with_one_clear_message(files, name):
     message = refused.value.message
     assert message.startswith("cannot replay this trace: ")
     assert not re.search(r"<[A-Za-z/!]", message) and "\x00" not in message and len(message) < 400  # no markup
+
+
+def test_a_gzip_upload_is_named_as_gzip(base, tmp_path):
+    """Before: random bytes behind gzip's header were refused as nesting deeper than 8 levels; a
+    compressed real trace is as much a gzip file as random bytes are."""
+    for n, data in enumerate((gzip.compress(os.urandom(300_000)), gzip.compress(json.dumps(base).encode()))):
+        path = tmp_path / f"trace{n}.json"
+        path.write_bytes(data)
+        with pytest.raises(gr.Error) as refused:
+            h.replay(str(path))
+        assert refused.value.message == ("cannot replay this trace: the file is gzip-compressed: unpack it and "
+                                         "give the trace .json itself"), refused.value.message
+    path.write_bytes(json.dumps(base).encode())   # the control: the same trace unpacked replays
+    assert h.replay(str(path))[0]["trace"].to_dict() == base
 
 
 def _replay_traced(path) -> tuple[object, int, int]:
