@@ -3,7 +3,7 @@
 Gradio's upload route stores a file before any event names it, under <cache>/<content hash>/<name>:
 identical uploads share one path, and the request carries no session. So the gate in front of that
 route bounds what it takes in total (uploads stored and in flight, UPLOADS_TOTAL) and per request,
-refusing past either in words; a stored upload that no event claims goes after UPLOAD_AGE_S. An
+refusing past either in words; a stored upload goes UPLOAD_AGE_S after it was sent or last claimed. An
 event that reads an upload first claims it: a hard link under a name of the session's own,
 <cache>/mulo/uploads/<session>/<content hash>.json, counted against what that session may claim per
 window (SESSION_BYTES per SESSION_WINDOW_S; a direct caller, with no session, is not counted). The
@@ -101,8 +101,8 @@ class Gate:
             held = await asyncio.to_thread(stored_bytes) + self.in_flight
             if held + size > UPLOADS_TOTAL:
                 return 429, (f"upload refused: the server's uploads would pass {UPLOADS_TOTAL // 2 ** 20} MiB "
-                             f"({_mib(held)} stored or arriving; an unclaimed upload goes after {UPLOAD_AGE_S} s, "
-                             "a replayed one at once): try again shortly")
+                             f"({_mib(held)} stored or arriving; each goes {UPLOAD_AGE_S} s after it was sent or "
+                             "last replayed): try again shortly")
             self.in_flight += size
         return None
 

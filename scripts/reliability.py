@@ -1,6 +1,7 @@
 """Reliability figures of a hosted explorer, measured on loopback (README, "Hosting safely").
 
-    python scripts/reliability.py [--bursts 4,8,16,40] [--runs 50] [--age 20]
+    python scripts/reliability.py [--bursts 4,8,16,40] [--runs 50] [--age 20] [--soak 100] [--hold 60]
+                                  [--only bursts,disk,crafted,soak,replays,same_file,flood]
 
 1. Bursts: `python app.py` in a subprocess (its own GRADIO_TEMP_DIR); for each burst size n, n
    clients at once each call /generate with identical knobs and seed and download every image;
@@ -10,6 +11,16 @@
    each, and after the sweep age has passed.
 3. Crafted traces (tests/crafted.py): time and peak traced memory of the app's replay on each,
    the largest reported, plus the largest trace that is accepted (padded to the size limit).
+4. Soak: --soak generations in one session (distinct images), the server's RSS after each, and its
+   slope (MB per run, least squares) after the first 20.
+5. Replays: the server's peak and retained RSS (--hold seconds after the last) for a crafted trace
+   replayed by one session, by four sessions at once, and by four sessions one after another (--replays:
+   by default the file of 6.3 M numbers in one step, the costliest refused file, and the largest trace
+   the reader accepts), each session uploading a file of its own (the text and k trailing spaces);
+   each case on a fresh server, RSS counted from after a warm-up, uploads included.
+6. Same file: six sessions upload one trace (one stored path) and replay it at once; how many replay it.
+7. Flood: uploads of 4 MiB from one client, as fast as they go, for 5 s: MB/s stored, how many refused
+   and the first refusal's words.
 """
 from __future__ import annotations
 
@@ -61,6 +72,14 @@ class Server:
     def peak_rss_mb(self) -> float:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
         return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
+
+    def rss_mb(self) -> float:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+
+    def reset_peak(self) -> None:
+        """The peak RSS from now on (Linux: 5 to clear_refs resets VmHWM to the current RSS)."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
     def files(self) -> int:
         return sum(1 for p in self.cache.rglob("*") if p.is_file())
@@ -130,28 +149,19 @@ def crafted_figures() -> dict:
     import gradio as gr
 
     from app import handlers as h
-    from core.trace import CELLS_PER_CELL, STEPS_PER_CELL
-    from crafted import crafted, real_trace
+    from crafted import crafted, largest_accepted, real_trace
     base = real_trace()
     texts = crafted(base)
-    H, W = base["grid"]["target"]
-    dh, dw = base["grid"]["draft"]
-    cells = H * W + dh * dw
-    n = STEPS_PER_CELL * cells - len(base["steps"])                  # steps up to the bound
-    per = min(10, (CELLS_PER_CELL * cells - 4 * H * W) // n)          # and about as many cells as allowed
-    step = dict(phase="decode", model="target", nfe=1, wall_ms=0.01, cells=[[0, j] for j in range(per)],
-                tokens=[0] * per)
-    texts["accepted: a real trace with the most steps and cells allowed"] = json.dumps(
-        dict(base, steps=base["steps"] + [step] * n))
+    texts["accepted: a real trace with the most steps and cells allowed"] = largest_accepted(base)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, (name, text) in enumerate(texts.items()):
             path = Path(tmp) / f"t{n}.json"
-            path.write_text(text)   # each upload is read once (then removed): written before each pass
+            path.write_text(text)
             t0 = time.perf_counter()
             outcome = replay(h, gr, path)
             seconds = time.perf_counter() - t0
-            path.write_text(text)
+            path.write_text(text)   # (a reader that removed what it read had it gone)
             tracemalloc.start()   # a second pass for memory: tracing slows allocation-heavy code down
             replay(h, gr, path)
             peak = tracemalloc.get_traced_memory()[1] / 2 ** 20
@@ -162,43 +172,191 @@ def crafted_figures() -> dict:
                 most_memory=max(rows, key=lambda r: r["peak_mb"]))
 
 
+def slope(ys: list[float]) -> float:
+    """Least-squares slope of ys against their index."""
+    n = len(ys)
+    mx, my = (n - 1) / 2, sum(ys) / n
+    return sum((x - mx) * (y - my) for x, y in enumerate(ys)) / sum((x - mx) ** 2 for x in range(n))
+
+
+def soak(server: Server, runs: int, skip: int = 20) -> dict:
+    """RSS after each of `runs` generations in one session; the slope after the first `skip`."""
+    from gradio_client import Client
+    client = Client(server.url, verbose=False)
+    rss = []
+    for n in range(runs):
+        client.predict(False, *knobs(tau=round(0.002 * (n + 1), 4)), api_name="/generate")
+        rss.append(round(server.rss_mb(), 1))
+    return dict(runs=runs, rss_mb=rss, slope_mb_per_run=round(slope(rss[skip:]), 3), skip=skip)
+
+
+def upload(url: str, data: bytes, name: str = "trace.json") -> str:
+    import httpx
+    r = httpx.post(url + "gradio_api/upload", files={"files": (name, data, "application/json")}, timeout=120)
+    r.raise_for_status()
+    return r.json()[0]
+
+
+def replay_call(url: str, path: str, session: str | None = None) -> str:
+    """'replayed', or the error the app answered."""
+    from appserver import call
+    msg = call(url, "replay", [dict(path=path, meta={"_type": "gradio.FileData"}), False], session_hash=session,
+               timeout=300)
+    return "replayed" if msg["success"] else str(msg["output"].get("error"))[:160]
+
+
+def replay_memory(text: str, hold_s: float, age_s: int) -> dict:
+    """Peak and retained RSS (MB over the warmed-up server) for `text` replayed by one session, four at
+    once and four one after another, each on a fresh server."""
+    import uuid
+    from crafted import real_trace
+    warm = json.dumps(real_trace())
+    out = {}
+    for case in ("one", "four at once", "four sessions"):
+        with tempfile.TemporaryDirectory() as tmp:
+            server = Server(Path(tmp), age_s)
+            try:
+                replay_call(server.url, upload(server.url, warm.encode(), "warm.json"))   # first-use costs
+                n = 1 if case == "one" else 4       # each session its own file (trailing spaces apart)
+                time.sleep(2)
+                base = server.rss_mb()
+                server.reset_peak()
+                sessions = [(uuid.uuid4().hex[:11], (text + " " * k).encode()) for k in range(n)]
+                if case == "four at once":
+                    paths = [upload(server.url, data) for _, data in sessions]
+                    with ThreadPoolExecutor(4) as pool:
+                        outcomes = list(pool.map(lambda sp: replay_call(server.url, sp[1], sp[0][0]),
+                                                 zip(sessions, paths)))
+                else:
+                    outcomes = [replay_call(server.url, upload(server.url, data), s) for s, data in sessions]
+                peak = server.peak_rss_mb()
+                time.sleep(hold_s)
+                out[case] = dict(outcome=sorted(set(outcomes)), base_mb=round(base, 1),
+                                 peak_mb=round(peak - base, 1), retained_mb=round(server.rss_mb() - base, 1),
+                                 hold_s=hold_s)
+            finally:
+                server.close()
+    return out
+
+
+def same_file(url: str, n: int = 6) -> dict:
+    """n sessions upload one trace (one stored path) and replay it at once."""
+    import uuid
+    from crafted import real_trace
+    data = json.dumps(real_trace()).encode()
+    paths = {upload(url, data) for _ in range(n)}
+    with ThreadPoolExecutor(n) as pool:
+        outcomes = list(pool.map(lambda s: replay_call(url, next(iter(paths)), s),
+                                 [uuid.uuid4().hex[:11] for _ in range(n)]))
+    return dict(sessions=n, stored_paths=len(paths), replayed=outcomes.count("replayed"),
+                failures=sorted(set(o for o in outcomes if o != "replayed")))
+
+
+def flood(url: str, seconds: float = 5.0, size: int = 4 * 2 ** 20) -> dict:
+    """One client uploading `size` bytes again and again for `seconds`: what the route stores and refuses."""
+    import httpx
+    stored = refused = 0
+    first = None
+    t0 = time.perf_counter()
+    with httpx.Client(timeout=60) as http:
+        while time.perf_counter() - t0 < seconds:
+            r = http.post(url + "gradio_api/upload", files={"files": (f"f{stored + refused}.json", os.urandom(size),
+                                                                       "application/json")})
+            if r.status_code == 200:
+                stored += 1
+            else:
+                refused += 1
+                first = first or f"HTTP {r.status_code}: {r.text}"
+    took = time.perf_counter() - t0
+    return dict(seconds=round(took, 1), stored_mb=round(stored * size / 2 ** 20), refused=refused,
+                stored_mb_per_s=round(stored * size / 2 ** 20 / took), first_refusal=first)
+
+
+SECTIONS = ("bursts", "disk", "crafted", "soak", "replays", "same_file", "flood")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bursts", default="4,8,16,40")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--age", type=int, default=20, help="cache age (s) the server sweeps at")
+    ap.add_argument("--soak", type=int, default=100, help="generations of the soak")
+    ap.add_argument("--hold", type=float, default=60, help="seconds after the replays before RSS is read again")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="the sections to measure, comma-separated")
+    ap.add_argument("--replays", default="6.3 M numbers in one step's prob,524k short steps,largest accepted",
+                    help="the crafted traces (tests/crafted.py names) whose replays are measured, comma-separated")
     ap.add_argument("--json", default=None, help="write every figure here")
     args = ap.parse_args(argv)
+    only = set(args.only.split(","))
     import torch
     torch.set_num_threads(1)
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Server(Path(tmp), args.age)
-        try:
-            one_client(server.url, [False, *knobs()])   # warm-up: the ar baseline is remembered from here on
-            out["bursts"] = [burst(server.url, int(n)) for n in args.bursts.split(",")]
-            out["protocol_errors"] = server.protocol_errors()
-            out["disk"] = disk(server, args.runs, args.age)
-            out["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
-        finally:
-            server.close()
-    out["crafted"] = crafted_figures()
-    print("burst  ok  queue-full  other  p50 s  p95 s")
-    for b in out["bursts"]:
-        print(f"{b['clients']:>5} {b['ok']:>3} {b['queue_full']:>11} {b['other_failures']:>6} {b['p50_s']:>6} "
-              f"{b['p95_s']:>6}  {'; '.join(b['other_examples'])}")
-    d = out["disk"]
-    print(f"h11 protocol errors in the server log: {out['protocol_errors']}")
-    print(f"server peak RSS: {out['server_peak_rss_mb']} MB")
-    print(f"files in the cache: at most {d['most_files']} during {d['runs']} runs, {d['files_after_age']} "
-          f"after {d['cache_age_s']} s without runs")
-    c = out["crafted"]
-    print(f"crafted traces: {len(c['rows'])}; slowest {c['slowest']['trace']!r} {c['slowest']['seconds']} s; "
-          f"most memory {c['most_memory']['trace']!r} {c['most_memory']['peak_mb']} MB "
-          f"({c['most_memory']['bytes']} bytes)")
+    if only & {"bursts", "disk", "soak", "same_file", "flood"}:
+        with tempfile.TemporaryDirectory() as tmp:
+            server = Server(Path(tmp), args.age)
+            try:
+                one_client(server.url, [False, *knobs()])   # warm-up: the ar baseline is remembered from here on
+                if "bursts" in only:
+                    out["bursts"] = [burst(server.url, int(n)) for n in args.bursts.split(",")]
+                    out["protocol_errors"] = server.protocol_errors()
+                if "disk" in only:
+                    out["disk"] = disk(server, args.runs, args.age)
+                if "same_file" in only:
+                    out["same_file"] = same_file(server.url)
+                if "soak" in only:
+                    out["soak"] = soak(server, args.soak)
+                if "flood" in only:
+                    out["flood"] = flood(server.url)
+                out["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
+            finally:
+                server.close()
+    if "crafted" in only:
+        out["crafted"] = crafted_figures()
+    if "replays" in only:
+        from crafted import crafted, largest_accepted, real_trace
+        base = real_trace()
+        texts = dict(crafted(base), **{"largest accepted": largest_accepted(base)})
+        out["replays"] = {name: replay_memory(texts[name], args.hold, args.age) for name in args.replays.split(",")}
+    report(out)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
+
+
+def report(out: dict) -> None:
+    if "bursts" in out:
+        print("burst  ok  queue-full  other  p50 s  p95 s")
+        for b in out["bursts"]:
+            print(f"{b['clients']:>5} {b['ok']:>3} {b['queue_full']:>11} {b['other_failures']:>6} {b['p50_s']:>6} "
+                  f"{b['p95_s']:>6}  {'; '.join(b['other_examples'])}")
+        print(f"h11 protocol errors in the server log: {out['protocol_errors']}")
+    if "server_peak_rss_mb" in out:
+        print(f"server peak RSS: {out['server_peak_rss_mb']} MB")
+    if "disk" in out:
+        d = out["disk"]
+        print(f"files in the cache: at most {d['most_files']} during {d['runs']} runs, {d['files_after_age']} "
+              f"after {d['cache_age_s']} s without runs")
+    if "crafted" in out:
+        c = out["crafted"]
+        print(f"crafted traces: {len(c['rows'])}; slowest {c['slowest']['trace']!r} {c['slowest']['seconds']} s; "
+              f"most memory {c['most_memory']['trace']!r} {c['most_memory']['peak_mb']} MB "
+              f"({c['most_memory']['bytes']} bytes)")
+    if "soak" in out:
+        k = out["soak"]
+        print(f"soak: {k['runs']} runs, RSS {k['rss_mb'][0]} -> {k['rss_mb'][-1]} MB, slope after run {k['skip']}: "
+              f"{k['slope_mb_per_run']} MB/run")
+    if "same_file" in out:
+        f = out["same_file"]
+        print(f"same file: {f['replayed']} of {f['sessions']} sessions replayed it ({f['stored_paths']} stored "
+              f"path); failures: {f['failures']}")
+    if "flood" in out:
+        f = out["flood"]
+        print(f"flood: {f['stored_mb']} MB stored in {f['seconds']} s ({f['stored_mb_per_s']} MB/s), {f['refused']} "
+              f"refused; first refusal: {f['first_refusal']}")
+    for name, cases in out.get("replays", {}).items():
+        for case, r in cases.items():
+            print(f"replay {name!r}, {case}: peak +{r['peak_mb']} MB, retained +{r['retained_mb']} MB after "
+                  f"{r['hold_s']:g} s over {r['base_mb']} MB; {r['outcome']}")
 
 
 if __name__ == "__main__":

@@ -172,8 +172,8 @@ def test_upload_volume_is_capped_in_total_and_per_request(url, monkeypatch):
         f"f{n}.json", os.urandom(2 ** 20), "application/json")}) for n in range(4)]
     assert [r.status_code for r in codes] == [200, 200, 429, 429]
     assert re.fullmatch(r"upload refused: the server's uploads would pass \d+ MiB \([\d.]+ MiB stored or arriving; "
-                        rf"an unclaimed upload goes after {files.UPLOAD_AGE_S} s, a replayed one at once\): try "
-                        r"again shortly", codes[2].text), codes[2].text
+                        rf"each goes {files.UPLOAD_AGE_S} s after it was sent or last replayed\): try again shortly",
+                        codes[2].text), codes[2].text
     big = httpx.post(url + "gradio_api/upload", timeout=60, content=b"x" * (uploads.REQUEST_MOST + 1),
                      headers={"content-type": "multipart/form-data; boundary=x"})
     assert (big.status_code, big.text) == (413, f"upload refused: {(uploads.REQUEST_MOST + 1) / 2 ** 20:.1f} MiB in "
