@@ -16,7 +16,7 @@
 5. Replays: the server's peak and retained RSS (--hold seconds after the last) for a crafted trace
    replayed by one session, by four sessions at once, and by four sessions one after another (--replays:
    by default the file of 6.3 M numbers in one step, the costliest refused file, and the largest trace
-   the reader accepts), each session uploading a file of its own (the text and k trailing spaces);
+   the reader accepts), each session uploading a file of its own (the text with k separators' spaces dropped);
    each case on a fresh server, RSS counted from after a warm-up, uploads included.
 6. Same file: six sessions upload one trace (one stored path) and replay it at once; how many replay it.
 7. Flood: uploads of 4 MiB from one client, as fast as they go, for 5 s: MB/s stored, how many refused
@@ -93,8 +93,8 @@ class Server:
 
 
 def knobs(**overrides) -> list:
-    from app import handlers as h
-    return [{**h.DEFAULTS, "scale": 4, "tau": 0.0, **overrides}[k] for k in h.KNOBS]
+    from app import inputs
+    return [{**inputs.DEFAULTS, "scale": 4, "tau": 0.0, **overrides}[k] for k in inputs.KNOBS]
 
 
 def one_client(url: str, args: list) -> tuple[float, str | None]:
@@ -136,10 +136,10 @@ def disk(server: Server, runs: int, age_s: int) -> dict:
                 cache_age_s=age_s)
 
 
-def replay(h, gr, path: Path) -> str:
+def replay(replays, gr, path: Path) -> str:
     """The app's replay of an upload."""
     try:
-        h.replay(str(path))
+        replays.replay(str(path))
         return "replayed"
     except gr.Error as e:
         return e.message[:90]
@@ -148,7 +148,7 @@ def replay(h, gr, path: Path) -> str:
 def crafted_figures() -> dict:
     import gradio as gr
 
-    from app import handlers as h
+    from app import replays
     from crafted import crafted, largest_accepted, real_trace
     base = real_trace()
     texts = crafted(base)
@@ -159,11 +159,11 @@ def crafted_figures() -> dict:
             path = Path(tmp) / f"t{n}.json"
             path.write_text(text)
             t0 = time.perf_counter()
-            outcome = replay(h, gr, path)
+            outcome = replay(replays, gr, path)
             seconds = time.perf_counter() - t0
             path.write_text(text)   # (a reader that removed what it read had it gone)
             tracemalloc.start()   # a second pass for memory: tracing slows allocation-heavy code down
-            replay(h, gr, path)
+            replay(replays, gr, path)
             peak = tracemalloc.get_traced_memory()[1] / 2 ** 20
             tracemalloc.stop()
             rows.append(dict(trace=name, bytes=len(text), seconds=round(seconds, 3), peak_mb=round(peak, 1),
@@ -191,14 +191,19 @@ def soak(server: Server, runs: int, skip: int = 20) -> dict:
 
 
 def upload(url: str, data: bytes, name: str = "trace.json") -> str:
+    """The stored path, or 'upload refused (HTTP n)' when the upload route refuses the file."""
     import httpx
     r = httpx.post(url + "gradio_api/upload", files={"files": (name, data, "application/json")}, timeout=120)
+    if r.status_code in (411, 413, 429):
+        return f"upload refused (HTTP {r.status_code})"
     r.raise_for_status()
     return r.json()[0]
 
 
 def replay_call(url: str, path: str, session: str | None = None) -> str:
-    """'replayed', or the error the app answered."""
+    """'replayed', or the error the app answered (an upload the route refused is never replayed)."""
+    if path.startswith("upload refused"):
+        return path
     from appserver import call
     msg = call(url, "replay", [dict(path=path, meta={"_type": "gradio.FileData"}), False], session_hash=session,
                timeout=300)
@@ -221,7 +226,8 @@ def replay_memory(text: str, hold_s: float, age_s: int) -> dict:
                 time.sleep(2)
                 base = server.rss_mb()
                 server.reset_peak()
-                sessions = [(uuid.uuid4().hex[:11], (text + " " * k).encode()) for k in range(n)]
+                # a file of its own per session, no longer than the text: k separators lose their space
+                sessions = [(uuid.uuid4().hex[:11], text.replace(", ", ",", k).encode()) for k in range(n)]
                 if case == "four at once":
                     paths = [upload(server.url, data) for _, data in sessions]
                     with ThreadPoolExecutor(4) as pool:
@@ -301,12 +307,16 @@ def main(argv=None) -> int:
                     out["protocol_errors"] = server.protocol_errors()
                 if "disk" in only:
                     out["disk"] = disk(server, args.runs, args.age)
+                    save(out, args.json)
                 if "same_file" in only:
                     out["same_file"] = same_file(server.url)
+                    save(out, args.json)
                 if "soak" in only:
                     out["soak"] = soak(server, args.soak)
+                    save(out, args.json)
                 if "flood" in only:
                     out["flood"] = flood(server.url)
+                    save(out, args.json)
                 out["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
             finally:
                 server.close()
@@ -316,11 +326,19 @@ def main(argv=None) -> int:
         from crafted import crafted, largest_accepted, real_trace
         base = real_trace()
         texts = dict(crafted(base), **{"largest accepted": largest_accepted(base)})
-        out["replays"] = {name: replay_memory(texts[name], args.hold, args.age) for name in args.replays.split(",")}
+        out["replays"] = {}
+        for name in args.replays.split(","):
+            out["replays"][name] = replay_memory(texts[name], args.hold, args.age)
+            save(out, args.json)
     report(out)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    save(out, args.json)
     return 0
+
+
+def save(out: dict, path: str | None) -> None:
+    """The figures so far (each section saves them, so a later section's failure loses none)."""
+    if path:
+        Path(path).write_text(json.dumps(out, indent=2))
 
 
 def report(out: dict) -> None:
