@@ -34,22 +34,42 @@ def _train(args) -> int:
     from .embedded import family, train
     torch.set_num_threads(args.threads) if args.threads else None
     grids = tuple(int(g) for g in args.grids.split(",")) if args.grids else ((32,) if args.job == "drafter" else (32, 16, 8))
+    upsampler = args.job in train.UPSAMPLER_JOBS
+    if upsampler and args.scale not in (2, 4):
+        raise UsageError(f"--scale must be 2 or 4 for the {args.job} job (the up-scale factor r it learns); "
+                         f"got {args.scale}")
+    if not upsampler and (args.scale or args.detail):
+        raise UsageError(f"--scale and --detail are for the up-sampler jobs ({', '.join(train.UPSAMPLER_JOBS)}); "
+                         f"the {args.job} job takes neither")
+    if args.detail and args.job != "sr":
+        raise UsageError(f"--detail weighs the sr job's detail term; the {args.job} job has none")
+    name = family.asset_name(args.job, args.scale)
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
-                            ckpt_every=args.ckpt_every, grids=grids)
-    run_dir = Path(args.run_dir or f"runs/{args.job}")
+                            ckpt_every=args.ckpt_every, grids=grids, scale=args.scale, detail=args.detail)
+    run_dir = Path(args.run_dir or f"runs/{name}")
     init = None
     if args.init_from_assets:
         from safetensors.torch import load_file
-        init = load_file(str(Path(args.assets) / family.FILES[args.job]))
+        init = load_file(str(Path(args.assets) / family.FILES[name]))
     elif args.init_from:
         init = train.read_weights(Path(args.init_from))
     model = train.train(cfg, run_dir, Path(args.assets), ProgressBar(f"train {args.job}"), init)
     if args.export:
-        config = model.cfg.to_dict()
-        family.export(args.job, model, config, dict(train_steps=cfg.steps, data_seed=cfg.data_seed,
-                                                    train_config=cfg.__dict__), Path(args.assets))
-        print(f"exported {args.job} to {args.assets}")
+        _export_model(name, model, cfg.steps, cfg, Path(args.assets))
     return 0
+
+
+def _export_model(name: str, model, step: int, cfg, assets: Path) -> None:
+    """Write the weights and their manifest entry; an up-sampler's held-out figures go in with it."""
+    from .embedded import evaluate, family
+    family.export(name, model, model.cfg.to_dict(), dict(train_steps=step, data_seed=cfg.data_seed,
+                                                         train_config=cfg.__dict__), assets)
+    print(f"exported {name} at step {step} of {cfg.steps} to {assets}")
+    if cfg.job in ("sr", "learned"):
+        figures = evaluate.upsampler_figures(model.eval(), cfg.job, cfg.scale, evaluate.UPSAMPLER_HELDOUT,
+                                             ProgressBar(f"evaluate {name}"), family.load_tokenizer(assets))
+        family.record_evaluation(name, figures, assets)
+        print(f"{name} on {evaluate.UPSAMPLER_HELDOUT} held-out scenes: {figures}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="start a new run from these weights: a run's ckpt.pt or a .safetensors file")
     t.add_argument("--grids", default="", help="AR jobs: token grids cycled through (default: target 32,16,8; "
                    "drafter 32)")
+    t.add_argument("--scale", type=int, default=0, help="sr, learned: the up-scale factor r it learns (2 or 4); "
+                   "exported as <job>_x<r>")
+    t.add_argument("--detail", type=float, default=0.0, help="sr: weight of the detail term (L1 of the image "
+                   "gradients) beside the pixel L1")
     t.add_argument("--threads", type=int, default=0)
     t.set_defaults(func=_train)
     return p
@@ -98,7 +122,8 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
                    help="method decoding the drafter grid: name[/knob=value...], e.g. zipar/window=4, pjd/pjd_c=1, "
                         "mulo/scale=2 (a cascade)")
     p.add_argument("--draft-rows", type=int, default=m.draft_rows, help="low-res rows per cycle G (0 = all)")
-    p.add_argument("--upsampler", default=m.upsampler, help="pixel | nearest")
+    p.add_argument("--upsampler", default=m.upsampler,
+                   help="pixel | nearest | sr | learned (sr and learned: trained networks the pair ships)")
     p.add_argument("--resample", default=m.resample, help="serial | islands | jacobi")
     p.add_argument("--redraft", default=m.redraft, help="resample=jacobi: independent | coupled")
     p.add_argument("--rejection", default=m.rejection, help="local | raster")
@@ -243,15 +268,12 @@ def _generate(args) -> int:
 
 def _export(args) -> int:
     from .embedded import family, train
-    run_dir = Path(args.run_dir or f"runs/{args.job}")
+    run_dir = Path(args.run_dir or f"runs/{family.asset_name(args.job, args.scale)}")
     state = train.read_checkpoint(run_dir / "ckpt.pt")
     cfg = train.TrainConfig(**state["config"])
     model = train.make_job(cfg, Path(args.assets)).model
     model.load_state_dict(state["model"])
-    family.export(args.job, model.eval(), model.cfg.to_dict(),
-                  dict(train_steps=state["step"], data_seed=cfg.data_seed, train_config=state["config"]),
-                  Path(args.assets))
-    print(f"exported {args.job} at step {state['step']} of {cfg.steps} to {args.assets}")
+    _export_model(family.asset_name(cfg.job, cfg.scale), model.eval(), state["step"], cfg, Path(args.assets))
     return 0
 
 
@@ -422,7 +444,8 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     r.set_defaults(func=_report)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)
-    x.add_argument("--run-dir", default=None)
+    x.add_argument("--run-dir", default=None, help="default runs/<job>, for an up-sampler runs/<job>_x<scale>")
+    x.add_argument("--scale", type=int, default=0, help="sr, learned: the run's up-scale factor r")
     x.add_argument("--assets", default=str(Path(__file__).resolve().parent.parent / "assets"))
     x.set_defaults(func=_export)
     e = sub.add_parser("evaluate", help="measure the embedded family (tokenizer, classifier, ar quality)")

@@ -204,6 +204,7 @@ class MethodContext:
     gen: torch.Generator
     device: object = "cpu"
     neighbours: torch.Tensor | None = None  # (V, K) nearest codes, nearest first
+    upsampler_net: Callable | None = None   # (name, r) -> the trained up-sampler's network (mulo: sr, learned)
     extras: dict = field(default_factory=dict)
 
     def decoder(self, gpt, grid, context: str = "schedule") -> Decoder:

@@ -17,6 +17,7 @@ from .config import ParameterError, RunConfig, draft_spec, validate
 from .decoding import MethodContext
 from .methods import registry
 from .models.pair import ModelPair
+from .upsampling import TRAINED
 from .trace import Step, Trace, totals
 
 
@@ -69,6 +70,7 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
                              f"codebook neighbour table holds {pair.neighbours.shape[1]} per code); got {run.params.k}")
     if run.method == "mulo":
         _check_cascade(run.params, pair)
+        _check_upsamplers(run.params, pair)
     pair.caption(run.prompt, pair.grid)  # unknown words fail here, before any model runs
     gen = torch.Generator(device="cpu").manual_seed(run.seed)
     drafter = pair.multiscale if run.method == "mulo" else pair.small
@@ -76,7 +78,23 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
         raise ValueError(f"the {pair.name} pair ships no same-resolution drafter for {run.method}")
     return MethodContext(target=pair.target, drafter=drafter, tokenizer=pair.tokenizer, grid=pair.grid,
                          caption=lambda grid: pair.caption(run.prompt, grid), sampling=run.sampling,
-                         params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours.cpu())
+                         params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours.cpu(),
+                         upsampler_net=pair.upsampler)
+
+
+def _check_upsamplers(p, pair: ModelPair) -> None:
+    """Every mulo level with a trained up-sampler (sr, learned) finds the pair's network for its scale
+    (loaded here, once, before any model runs)."""
+    while True:
+        if p.upsampler in TRAINED:
+            try:
+                pair.upsampler(p.upsampler, p.scale)
+            except (ValueError, RuntimeError) as e:
+                raise ParameterError(str(e)) from None
+        name, sub = draft_spec(p)
+        if name != "mulo":
+            return
+        p = sub
 
 
 def _check_cascade(p, pair: ModelPair) -> None:

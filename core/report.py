@@ -267,16 +267,18 @@ def default_rule(result: dict, family: str = "mulo") -> tuple[str | None, str]:
 
 
 def markdown(result: dict) -> str:
-    """The summary as a Markdown table (speed, then every yardstick and which bounds a spec misses),
+    """The summary as a Markdown table (speed, the mean up-sampling time per image where a spec
+    up-samples, then every yardstick and which bounds a spec misses),
     then the noise floors and the blurred control: what the README's tables are made of."""
-    cols = ("passes", "passes ×", "wall ×", "target passes", "passed", "kept", "adherence", "FD data", "FD ar",
-            "sharpness", "log-lik gap", "outside")
+    cols = ("passes", "passes ×", "wall ×", "target passes", "passed", "kept", "up-sample ms", "adherence", "FD data",
+            "FD ar", "sharpness", "log-lik gap", "outside")
     out = ["| spec | " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1) + "---|"]
     f2 = lambda x, d: "–" if _num(x) is None else f"{x:.{d}f}"  # noqa: E731
     for label, s in result["summary"].items():
         missed = [k for k, v in (s.get("inside") or {}).items() if k != "all" and v is False]
         out.append(f"| `{label}` | {s['passes']:.0f} | {s['passes_speedup']:.2f} | {f2(s['wall_speedup'], 2)} | "
                    f"{s['target_nfe']:.0f} | {f2(s.get('passed'), 3)} | {f2(s.get('kept'), 3)} | "
+                   f"{f2(s['phase_ms'].get('upsample') or None, 1)} | "
                    f"{f2(s['adherence'], 3)} | {f2(s['frechet'], 2)} | {f2(s['fd_ar'], 2)} | {f2(s['sharpness'], 2)} | "
                    f"{'–' if _num(s['loglik_gap']) is None else format(s['loglik_gap'], '+.3f')} | "
                    f"{', '.join(missed) or 'none'} |")

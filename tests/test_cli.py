@@ -55,3 +55,23 @@ def test_a_bad_cfg_interval_stops_generate_naming_the_knob(tmp_path, capsys):
     code = main(["generate", "--method", "ar", "--cfg-interval", "-2", "--out", str(tmp_path / "x.png")])
     assert code == 2 and capsys.readouterr().err.startswith("error: cfg_interval must be")
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--job", "sr"], "error: --scale must be 2 or 4 for the sr job (the up-scale factor r it learns); got 0"),
+    (["--job", "learned", "--scale", "3"], "error: --scale must be 2 or 4 for the learned job"),
+    (["--job", "target", "--scale", "2"], "error: --scale and --detail are for the up-sampler jobs (sr, learned)"),
+    (["--job", "learned", "--scale", "2", "--detail", "1"], "error: --detail weighs the sr job's detail term"),
+])
+def test_the_up_sampler_jobs_name_their_knobs(tmp_path, capsys, argv, words):
+    code = main(["train", *argv, "--steps", "1", "--run-dir", str(tmp_path / "run")])
+    assert code == 2 and capsys.readouterr().err.startswith(words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_generate_with_a_trained_up_sampler_writes_its_proposal(tmp_path):
+    trace = tmp_path / "trace.json"
+    code = main(["generate", "--method", "mulo", "--prompt", PROMPT, "--upsampler", "sr", "--scale", "4", "--tau", "0",
+                 "--out", str(tmp_path / "img.png"), "--trace", str(trace)])
+    t = json.loads(trace.read_text())
+    assert code == 0 and t["params"]["upsampler"] == "sr" and t["tokens"] == t["proposal"]

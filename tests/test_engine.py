@@ -302,3 +302,39 @@ def test_a_schema_1_trace_is_read_with_passed_and_kept_recounted(tiny_pair):
     assert old.totals["kept_fraction"] == t.totals["kept_fraction"]
     assert old.totals["passed_fraction"] == pytest.approx(t.totals["passed_fraction"])
     assert t.totals["passed_fraction"] != t.totals["kept_fraction"]  # two quantities, two words
+
+
+@pytest.fixture(scope="module")
+def pair_with_nets(tiny_pair):
+    """The tiny pair with untrained sr and learned networks (random residual and logits)."""
+    import dataclasses
+    from core.models.upsamplers import SRConfig, SRNet, TokenUpsampler, TokenUpsamplerConfig
+    torch.manual_seed(3)
+    nets = {}
+    for r in (2, 4):
+        sr = SRNet(SRConfig(scale=r))
+        torch.nn.init.normal_(sr.tail.weight, std=0.05)
+        nets["sr", r] = sr.eval()
+        nets["learned", r] = TokenUpsampler(TokenUpsamplerConfig(scale=r)).eval()
+    return dataclasses.replace(tiny_pair, upsampler_net=lambda name, r: nets[name, r])
+
+
+@pytest.mark.parametrize("upsampler", ["sr", "learned"])
+@pytest.mark.parametrize("scale", [2, 4])
+def test_a_trained_up_sampler_proposes_its_network_s_output_and_tau_zero_keeps_it(pair_with_nets, upsampler, scale):
+    from core.upsampling import UPSAMPLERS
+    t = run(pair_with_nets, tau=0.0, upsampler=upsampler, scale=scale)
+    assert t.tokens == t.proposal and t.totals["kept_fraction"] == 1.0
+    net = pair_with_nets.upsampler(upsampler, scale)
+    expected = UPSAMPLERS[upsampler](torch.tensor(t.draft), scale, pair_with_nets.tokenizer, net)
+    assert t.proposal == expected.tolist()                    # one band: the whole draft, up-sampled once
+    assert t.proposal != UPSAMPLERS["pixel"](torch.tensor(t.draft), scale, pair_with_nets.tokenizer).tolist()
+
+
+@pytest.mark.parametrize("upsampler", ["sr", "learned"])
+def test_a_pair_without_trained_up_samplers_refuses_them_by_name(tiny_pair, upsampler):
+    with pytest.raises(ParameterError, match=rf"^upsampler={upsampler}: the tiny model pair ships no trained "
+                                             r"up-samplers; use pixel or nearest$"):
+        run(tiny_pair, upsampler=upsampler)
+    with pytest.raises(ParameterError, match=rf"upsampler={upsampler}"):   # at any level of a cascade
+        run(tiny_pair, scale=2, draft_method=f"mulo:scale=2:upsampler={upsampler}")

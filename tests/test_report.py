@@ -252,10 +252,13 @@ def test_the_markdown_table_names_the_bounds_each_spec_misses(bench_folder, tmp_
     for label, s in summary.items():
         row = next(line for line in text.splitlines() if line.startswith(f"| `{label}` |"))
         cells = [c.strip() for c in row.split("|")[1:-1]]
-        assert cells[9] == f"{s['fd_ar']:.2f}" and cells[10] == f"{s['sharpness']:.2f}"
-        assert cells[11] == f"{s['loglik_gap']:+.3f}"
+        assert cells[10] == f"{s['fd_ar']:.2f}" and cells[11] == f"{s['sharpness']:.2f}"
+        assert cells[12] == f"{s['loglik_gap']:+.3f}"
         missed = [k for k, v in s["inside"].items() if k != "all" and v is False]
-        assert cells[12] == (", ".join(missed) or "none")
+        assert cells[13] == (", ".join(missed) or "none")
+        upsampled = s["phase_ms"]["upsample"]
+        assert cells[7] == (f"{upsampled:.1f}" if label.startswith("mulo") else "–") and (upsampled > 0) == (
+            label.startswith("mulo"))
     assert "noise floors (reference = ar at seeds + 1000003" in text and "control: ar blurred" in text
 
 

@@ -16,6 +16,7 @@ from ..config import RunConfig
 from ..distributed import Ranks, gather, shard
 from . import data, family
 from .domain import Scene
+from ..yardsticks import laplacian_energy
 from .evaluation import adherence, frechet_distance
 
 
@@ -67,6 +68,57 @@ def tokenizer_figures(n: int, progress: Callable) -> dict:
             progress(b + 32, n, f"{size}px")
         psnr[f"psnr_{size}px"] = round(float(torch.cat(errs).mean()), 2)
     return dict(codebook_usage=round(float(used.float().mean()), 4), heldout_images=n, **psnr)
+
+
+UPSAMPLER_HELDOUT = 200   # held-out scenes an up-sampler is measured on at export
+
+
+def _uint8(img: torch.Tensor) -> list[np.ndarray]:
+    return list(((img.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy())
+
+
+def _pixel_figures(out: torch.Tensor, truth: torch.Tensor, tok) -> dict:
+    """PSNR (dB, [0, 1] units), high-frequency energy over the truth's, and the share of cells whose token
+    is the truth's token, per image."""
+    mse = ((out - truth) / 2).pow(2).mean(dim=(1, 2, 3))
+    energy = [laplacian_energy(a) / max(laplacian_energy(b), 1e-12) for a, b in zip(_uint8(out), _uint8(truth))]
+    agree = (tok.encode(out) == tok.encode(truth)).float().mean(dim=(1, 2))
+    return dict(psnr=(10 * torch.log10(1.0 / mse.clamp_min(1e-10))).tolist(), sharpness=energy,
+                token_accuracy=agree.tolist())
+
+
+def upsampler_figures(net, job: str, r: int, n: int, progress: Callable, tok=None) -> dict:
+    """A trained up-sampler against the training-free ones on n held-out scenes, from the drafter
+    grid's tokens of each scene drawn at 1/r of the size. sr: PSNR, sharpness (median ratio to the
+    scene drawn at full size) and token accuracy of its re-encoded output, beside bicubic (pixel); learned:
+    token accuracy of its argmax, beside nearest and pixel."""
+    from ..upsampling import UPSAMPLERS
+    from .train import SIZE
+    tok = tok or family.load_tokenizer()
+    rows: dict[str, dict[str, list]] = {}
+    scenes = heldout(n)
+    for b in range(0, n, 25):
+        part = scenes[b:b + 25]
+        truth = data.image_batch(part, SIZE)
+        low = tok.encode(data.image_batch(part, SIZE // r))
+        with torch.inference_mode():
+            if job == "sr":
+                small = tok.decode(low)
+                outs = {"pixel": F.interpolate(small, scale_factor=r, mode="bicubic", align_corners=False).clamp(-1, 1),
+                        "sr": net(small)}
+                for name, out in outs.items():
+                    for k, v in _pixel_figures(out, truth, tok).items():
+                        rows.setdefault(name, {}).setdefault(k, []).extend(v)
+            else:
+                target = tok.encode(truth)
+                for name in ("nearest", "pixel", "learned"):
+                    up = torch.stack([UPSAMPLERS[name](t, r, tok, net) for t in low])
+                    rows.setdefault(name, {}).setdefault("token_accuracy", []).extend(
+                        (up == target).float().mean(dim=(1, 2)).tolist())
+        progress(min(b + 25, n), n, job)
+    med = {"sharpness"}
+    return dict(heldout_images=n, scale=r, **{name: {k: round(float(np.median(v) if k in med else np.mean(v)), 4)
+                                                      for k, v in figs.items()} for name, figs in rows.items()})
 
 
 def classifier_figures(n: int, progress: Callable) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from ..config import SamplingConfig
 from ..models.gpt import GPT, GPTConfig
 from ..models.pair import ModelPair
+from ..models.upsamplers import SRConfig, SRNet, TokenUpsampler, TokenUpsamplerConfig
 from ..models.vq import VQConfig, VQModel
 from . import data
 from .domain import canonical_prompt
@@ -25,7 +27,18 @@ DESCRIPTION = "the shipped procedural-scenes family, 32x32 tokens, drafters 16x1
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 MANIFEST = "manifest.json"
 FILES = {"tokenizer": "tokenizer.safetensors", "target": "target.safetensors",
-         "drafter": "drafter.safetensors", "classifier": "classifier.safetensors"}
+         "drafter": "drafter.safetensors", "classifier": "classifier.safetensors",
+         **{f"{job}_x{r}": f"{job}_x{r}.safetensors" for job in ("sr", "learned") for r in (2, 4)}}
+
+
+def asset_name(job: str, scale: int = 0) -> str:
+    """The file name stem a training job exports to: the job, or for an up-sampler job <job>_x<scale>."""
+    return f"{job}_x{scale}" if job in ("sr", "learned") else job
+
+
+def train_command(name: str) -> str:
+    job, _, r = name.partition("_x")
+    return f"python -m core train --job {job}" + (f" --scale {r}" if r else "")
 
 
 class AssetError(RuntimeError):
@@ -52,7 +65,7 @@ def _entry(name: str, assets: Path, verify: bool) -> tuple[dict, dict]:
     path = assets / FILES[name]
     if entry is None or not path.exists():
         raise AssetError(f"the {name} weights are missing: expected {path} listed in {assets / MANIFEST}; "
-                         f"train them with `python -m core train --job {name}`")
+                         f"train them with `{train_command(name)} --steps N --export`")
     if verify and sha256(path) != entry["sha256"]:
         raise AssetError(f"{path} does not match the checksum in {assets / MANIFEST}")
     return entry, load_file(str(path))
@@ -74,6 +87,22 @@ def load_gpt(name: str, assets: Path = ASSETS, verify: bool = True) -> GPT:
     return model.eval()
 
 
+@lru_cache(maxsize=None)
+def load_upsampler(name: str, r: int, assets: Path = ASSETS, verify: bool = True) -> torch.nn.Module:
+    """The shipped network of upsampler=name (sr, learned) for scale r; AssetError names the file."""
+    key = asset_name(name, r)
+    if key not in FILES:
+        raise AssetError(f"upsampler={name} has no trained network for scale={r}")
+    entry, state = _entry(key, assets, verify)
+    cls, cfg_cls = (SRNet, SRConfig) if name == "sr" else (TokenUpsampler, TokenUpsamplerConfig)
+    model = cls(cfg_cls(**entry["config"]))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise AssetError(f"{assets / FILES[key]} does not fit its manifest configuration: {str(e)[:200]}") from None
+    return model.eval()
+
+
 def load_classifier(assets: Path = ASSETS, verify: bool = True) -> Classifier:
     entry, state = _entry("classifier", assets, verify)
     model = Classifier(ClassifierConfig(**entry["config"]))
@@ -82,10 +111,10 @@ def load_classifier(assets: Path = ASSETS, verify: bool = True) -> Classifier:
 
 
 def export(name: str, model: torch.nn.Module, config: dict, provenance: dict, assets: Path = ASSETS) -> Path:
-    """Write weights (fp16 for the GPTs, fp32 otherwise) and record config, checksum and provenance."""
+    """Write weights (fp16 for the GPTs and the up-samplers, fp32 otherwise) and record config, checksum and provenance."""
     assets.mkdir(parents=True, exist_ok=True)
     path = assets / FILES[name]
-    half = name in ("target", "drafter")
+    half = name in ("target", "drafter") or name.startswith(("sr_", "learned_"))
     state = {k: (v.half() if half and v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(path))
     manifest = read_manifest(assets)
@@ -112,7 +141,8 @@ def load_pair() -> ModelPair:
     tok = load_tokenizer()
     target = load_gpt("target")
     small = load_gpt("drafter") if (ASSETS / FILES["drafter"]).exists() else None
-    return ModelPair("embedded", target, target, small, tok, (32, 32), caption, tok.neighbours(tok.vocab_size - 1))
+    return ModelPair("embedded", target, target, small, tok, (32, 32), caption, tok.neighbours(tok.vocab_size - 1),
+                     upsampler_net=load_upsampler)
 
 
 def pair_facts() -> dict:

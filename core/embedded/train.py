@@ -1,4 +1,5 @@
-"""Training of the embedded family: tokenizer, multi-resolution target/drafter, small drafter, classifier.
+"""Training of the embedded family: tokenizer, multi-resolution target/drafter, small drafter, classifier,
+and mulo's trained up-samplers (sr: pixel super-resolution; learned: token space), one per scale r.
 
 Owns the resumable loop (checkpoint every few steps; a rerun continues where it stopped), the
 per-job losses and the deterministic data stream (the batch of step s depends only on the data seed
@@ -21,7 +22,8 @@ from ..models.vq import VQConfig, VQModel
 from . import data
 from .evaluation import Classifier, ClassifierConfig, attribute_targets
 
-JOBS = ("tokenizer", "target", "drafter", "classifier")
+JOBS = ("tokenizer", "target", "drafter", "classifier", "sr", "learned")
+UPSAMPLER_JOBS = ("sr", "learned")   # trained per scale r (TrainConfig.scale), exported as <job>_x<r>
 # the embedded family's configurations (the target serves all three grids; see family.py)
 TOKENIZER = VQConfig()
 TARGET = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=128, n_layer=4, n_head=4, prefix_len=data.CAPTION_LEN,
@@ -33,6 +35,7 @@ SMALL_DRAFTER = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=96, n_layer=2,
                           rope_ref_grid=32, layout_places=data.LAYOUT_PLACES, layout_factors=data.LAYOUT_FACTORS,
                           layout_template=data.LAYOUT_TEMPLATE)
 CLASSIFIER = ClassifierConfig()
+SIZE = 64   # the target's image side in pixels (32 tokens of TOKENIZER.downsample pixels)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class TrainConfig:
     ckpt_every: int = 50      # steps between resumable checkpoints
     warmup: int = 50
     grids: tuple = (32, 16, 8)  # AR jobs: token grids cycled through, one per step
+    scale: int = 0            # up-sampler jobs: r (2 or 4)
+    detail: float = 0.0       # sr: weight of the detail term (L1 of the image gradients) beside the pixel L1
 
 
 def _lr(cfg: TrainConfig, step: int) -> float:
@@ -123,6 +128,69 @@ class ClassifierJob:
         return self.model.loss(img, attribute_targets(scenes))
 
 
+def image_gradients(img: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Horizontal and vertical finite differences of (B, C, S, S) images."""
+    return img[..., :, 1:] - img[..., :, :-1], img[..., 1:, :] - img[..., :-1, :]
+
+
+def low_resolution_decode(tokenizer, scenes, r: int) -> torch.Tensor:
+    """What mulo's drafter hands the sr up-sampler: the tokens of the scene at 1/r of the target's size,
+    decoded (B, 3, SIZE / r, SIZE / r)."""
+    return tokenizer.decode(tokenizer.encode(data.image_batch(scenes, SIZE // r)))
+
+
+def low_resolution_tokens(tokenizer, scenes, target: torch.Tensor, r: int, rng) -> torch.Tensor:
+    """What the learned up-sampler reads: per image, at random, the drafter-grid tokens of the scene drawn
+    at 1/r of the size (as the drafter samples them) or D_r of the target tokens (as mulo refreshes the
+    drafter's prefix: decode, area-resize / r, encode)."""
+    drawn = tokenizer.encode(data.image_batch(scenes, SIZE // r))
+    down = tokenizer.encode(F.interpolate(tokenizer.decode(target), scale_factor=1.0 / r, mode="area"))
+    pick = torch.from_numpy(rng.random(len(scenes)) < 0.5)[:, None, None]
+    return torch.where(pick, drawn, down)
+
+
+class SRJob:
+    """Pixel L1 against the scene drawn at full size, plus `detail` x L1 of the image gradients."""
+    def __init__(self, cfg: TrainConfig, assets: Path):
+        from ..models.upsamplers import SRConfig, SRNet
+        from .family import load_tokenizer
+        _check_scale(cfg)
+        self.cfg, self.model = cfg, SRNet(SRConfig(scale=cfg.scale))
+        self.tokenizer = load_tokenizer(assets)
+
+    def loss(self, step: int):
+        scenes, _ = _scene_batch(self.cfg, step, self.cfg.batch)
+        out = self.model(low_resolution_decode(self.tokenizer, scenes, self.cfg.scale))
+        img = data.image_batch(scenes, SIZE)
+        loss = F.l1_loss(out, img)
+        if self.cfg.detail:
+            loss = loss + self.cfg.detail * sum(F.l1_loss(a, b) for a, b in zip(image_gradients(out),
+                                                                                  image_gradients(img)))
+        return loss
+
+
+class LearnedJob:
+    """Cross-entropy of the target's tokens of the scene given the low-resolution tokens."""
+    def __init__(self, cfg: TrainConfig, assets: Path):
+        from ..models.upsamplers import TokenUpsampler, TokenUpsamplerConfig
+        from .family import load_tokenizer
+        _check_scale(cfg)
+        self.cfg = cfg
+        self.model = TokenUpsampler(TokenUpsamplerConfig(scale=cfg.scale, vocab_size=TOKENIZER.codebook_size))
+        self.tokenizer = load_tokenizer(assets)
+
+    def loss(self, step: int):
+        scenes, rng = _scene_batch(self.cfg, step, self.cfg.batch)
+        target = self.tokenizer.encode(data.image_batch(scenes, SIZE))
+        low = low_resolution_tokens(self.tokenizer, scenes, target, self.cfg.scale, rng)
+        return F.cross_entropy(self.model(low), target)
+
+
+def _check_scale(cfg: TrainConfig) -> None:
+    if cfg.scale not in (2, 4):
+        raise ValueError(f"the {cfg.job} job needs --scale 2 or 4 (the up-scale factor r it learns); got {cfg.scale}")
+
+
 def make_job(cfg: TrainConfig, assets: Path):
     if cfg.job == "tokenizer":
         return TokenizerJob(cfg, assets)
@@ -132,6 +200,10 @@ def make_job(cfg: TrainConfig, assets: Path):
         return ARJob(cfg, assets, SMALL_DRAFTER)
     if cfg.job == "classifier":
         return ClassifierJob(cfg, assets)
+    if cfg.job == "sr":
+        return SRJob(cfg, assets)
+    if cfg.job == "learned":
+        return LearnedJob(cfg, assets)
     raise ValueError(f"unknown job {cfg.job!r}; choose one of {', '.join(JOBS)}")
 
 

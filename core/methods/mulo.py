@@ -38,7 +38,7 @@ from ..islands import expand, label_islands
 from ..sampling import sample
 from ..schedules import island_rows, jacobi_windows, raster_waves, zipar_waves
 from ..trace import Step
-from ..upsampling import UPSAMPLERS, pixel_downsample
+from ..upsampling import TRAINED, UPSAMPLERS, pixel_downsample
 from . import Result, registry
 from .pjd import row_causal_predict
 from .scd import coupled_redraft
@@ -121,6 +121,7 @@ def run(ctx: MethodContext):
     G = p.draft_rows or h
     draft_method, draft_params = draft_spec(p)
     upsample = UPSAMPLERS[p.upsampler]
+    net = ctx.upsampler_net(p.upsampler, r) if p.upsampler in TRAINED else None
     target = ctx.decoder(ctx.target, (H, W), context=p.context)
     drafter = ctx.decoder(ctx.drafter, (h, w))
     final = np.full(H * W, UNKNOWN, dtype=np.int64)       # committed target tokens
@@ -154,7 +155,7 @@ def run(ctx: MethodContext):
         """2. upsample: the low-res canvas through U_r; cells [start, stop) of the target grid get it."""
         f: dict = {}
         with timed(f):
-            up = upsample(_low_canvas(low, h, w, rows_done), r, ctx.tokenizer).reshape(-1).numpy()
+            up = upsample(_low_canvas(low, h, w, rows_done), r, ctx.tokenizer, net).reshape(-1).numpy()
             proposal[start:stop] = up[start:stop]
         yield Step("upsample", None, 0, f["wall_ms"], cells_of(range(start, stop), W), proposal[start:stop].tolist())
 

@@ -24,6 +24,15 @@ class ModelPair:
     neighbours: torch.Tensor            # (V, K) nearest codes, nearest first
     scales: tuple = (2, 4)              # up-scale factors r the multiscale drafter serves
     device: str = "cpu"
+    upsampler_net: Callable | None = None   # (name, r) -> a trained up-sampler's network (sr, learned),
+    #                                         loaded on first use; raises an error naming the file it needs
+
+    def upsampler(self, name: str, r: int) -> torch.nn.Module:
+        """The pair's trained network for upsampler=name at scale=r; ValueError when it ships none."""
+        if self.upsampler_net is None:
+            raise ValueError(f"upsampler={name}: the {self.name} model pair ships no trained up-samplers; "
+                             "use pixel or nearest")
+        return self.upsampler_net(name, r)
 
     @property
     def vocab_size(self) -> int:
