@@ -16,20 +16,21 @@ import time
 
 import torch
 
+from core import engine
 from core.cli import UsageError, check_threads
 
-from . import handlers as h
+from . import generation, inputs, panels, replays
 
 
 def _knobs(**overrides) -> list:
-    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+    return [{**inputs.DEFAULTS, **overrides}[k] for k in inputs.KNOBS]
 
 
 def _click(knobs: list) -> tuple[float, float, dict]:
     """(seconds to the first streamed canvas, seconds to the complete result, state)."""
     t0 = time.perf_counter()
     first = None
-    for out in h.generate(None, False, *knobs):
+    for out in generation.generate(None, False, *knobs):
         live = out[3]   # (state, status, trace file, live canvas, ...): the live panel's update
         if first is None and isinstance(live, dict) and live.get("value") is not None:   # gr.update(value=canvas)
             first = time.perf_counter() - t0
@@ -56,17 +57,17 @@ def main() -> None:
         ap.exit(2, f"error: {e}\n")
     if args.threads:
         torch.set_num_threads(args.threads)
-    h.engine.load_pair()
+    engine.load_pair()
 
     first, cold, state = _click(_knobs())
     _, warm, _ = _click(_knobs(tau=0.05))   # another tau: mulo runs again, its ar baseline is remembered
-    rerender = _median_s(lambda: h.views(state), args.repeat)
+    rerender = _median_s(lambda: panels.views(state), args.repeat)
     path = os.path.join(tempfile.mkdtemp(prefix="mulo-bench-"), "trace.json")
     with open(path, "w") as f:
         f.write(state["trace"].to_json())
-    replay = _median_s(lambda: h.replay(path), args.repeat)
+    replay = _median_s(lambda: replays.replay(path), args.repeat)
     n = len(state["trace"].steps)
-    scrub = _median_s(lambda: h.scrub(state, n // 2), args.repeat)
+    scrub = _median_s(lambda: panels.scrub(state, n // 2), args.repeat)
 
     print(f"explorer bench: {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch thread(s), default preset (mulo)")
     print(f"  click -> first streamed canvas        {first:6.2f} s")

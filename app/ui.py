@@ -1,5 +1,7 @@
 """The layout and the wiring: `build_demo()` returns the Blocks. No computation lives here; every
-event calls a function of app.handlers. Model-running events share one queue slot ("model")."""
+event calls a function of the module that owns its concern (app.generation, app.comparison,
+app.replays, app.panels, app.links, app.inputs, app.control). Model-running events share one queue
+slot ("model")."""
 from __future__ import annotations
 
 import gradio as gr
@@ -12,9 +14,8 @@ from core.config import (CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS, REJ
 from core.methods import registry
 from core.trace import MAX_BYTES
 
-from . import files
-from . import handlers as h
-from . import theme, uploads
+from . import comparison, control, files, generation, inputs, links, panels, replays, theme, uploads
+from .level_rows import CASCADE_ROWS
 
 # what keeps one host safe for many users (README, "Hosting safely"): a bounded queue, uploads no
 # larger than a trace may be and bounded in total (app.uploads), a bounded number of sessions kept,
@@ -62,9 +63,9 @@ paints a low-resolution image quickly; it is **up-sampled** into a proposal for 
 target. Pick a preset, press **Generate**, then explore the views."""
 
 EXPLAIN = {
-    "images": h.METHOD_EXPLAIN["mulo"][0],
-    "heatmap": h.METHOD_EXPLAIN["mulo"][1],
-    "islands": h.METHOD_EXPLAIN["mulo"][2],
+    "images": panels.METHOD_EXPLAIN["mulo"][0],
+    "heatmap": panels.METHOD_EXPLAIN["mulo"][1],
+    "islands": panels.METHOD_EXPLAIN["mulo"][2],
     "timing": "Each bar is a phase of the run on a wall-clock axis; the ar baseline runs below for scale. "
               "NFE counts sequential model passes, the number that decides speed on a GPU; wall clock on "
               "this CPU also pays for the drafter and the up-sampler.",
@@ -105,14 +106,14 @@ def _grid(label: str, elem_id: str) -> gr.Image:
 
 
 def _slider(name: str, label: str, info: str | None = None, **kw) -> gr.Slider:
-    lo, hi, step = h.SLIDERS[name]
-    return gr.Slider(lo, hi, h.DEFAULTS[name], step=step, label=label, info=info, elem_id=name,
+    lo, hi, step = inputs.SLIDERS[name]
+    return gr.Slider(lo, hi, inputs.DEFAULTS[name], step=step, label=label, info=info, elem_id=name,
                      elem_classes=["knob"], **kw)
 
 
 def _mission_knobs() -> dict:
     """k, τ, r, l: the four knobs of MuLo-SD, right under Generate."""
-    d = h.DEFAULTS
+    d = inputs.DEFAULTS
     return dict(
         k=_slider("k", "k: codebook neighbours pooled"),
         tau=_slider("tau", "τ: threshold on pooled mass"),
@@ -121,7 +122,7 @@ def _mission_knobs() -> dict:
 
 
 def _more_knobs(vocab_size: int) -> dict:
-    d = h.DEFAULTS
+    d = inputs.DEFAULTS
     k = {}
     with gr.Row():
         k["method"] = gr.Dropdown(list(registry()), value=d["method"], label="Method", elem_id="method",
@@ -177,13 +178,13 @@ def _more_knobs(vocab_size: int) -> dict:
     with gr.Accordion("Model pair", open=False):
         k["model"] = gr.Dropdown(list(engine.found_pairs()), value=d["model"], label="Model pair", elem_id="model",
                                  info="the pairs whose weights are on this machine (on a Space: every pair)")
-        k["pair_info"] = gr.Markdown(h.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
+        k["pair_info"] = gr.Markdown(inputs.pair_markdown(d["model"]), elem_id="pair-info", elem_classes=["explain"])
     return k
 
 
 def _level_row(n: int) -> dict:
     """The column of cascade level n, hidden until a run has the level, and its views (keys as
-    handlers.VIEWS names them)."""
+    panels.VIEWS names them)."""
     row = {}
     with gr.Column(visible=False, elem_id=f"level{n}", elem_classes=["level-row"]) as column:
         row[f"level{n}_title"] = gr.Markdown(elem_id=f"level{n}-title", elem_classes=["explain"])
@@ -202,11 +203,11 @@ def _prompt_builder(prompt: gr.Textbox) -> None:
         menus = []
         for first, last in ((0, 4), (4, 8), (8, 10)):   # object 1, object 2, the background
             with gr.Row():
-                for (label, choices), value in zip(h.PROMPT_MENUS[first:last], h.PROMPT_CHOSEN[first:last]):
+                for (label, choices), value in zip(inputs.PROMPT_MENUS[first:last], inputs.PROMPT_CHOSEN[first:last]):
                     menus.append(gr.Dropdown(list(choices), value=value, label=label,
                                              min_width=100 if label.startswith("Place") else 80))
         # the choices reach build_prompt as sent (preprocess=False): one off its menu is named there, short
-        gr.Button("Use this prompt", size="sm").click(h.build_prompt, menus, prompt, api_visibility="private",
+        gr.Button("Use this prompt", size="sm").click(inputs.build_prompt, menus, prompt, api_visibility="private",
                                                       preprocess=False)
 
 
@@ -248,11 +249,11 @@ def build_demo() -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=1, min_width=340):
-                preset = gr.Dropdown(list(h.PRESETS), value=None, label="Teaching preset: one click, one phenomenon",
-                                     elem_id="preset")
+                preset = gr.Dropdown(list(links.PRESETS), value=None, elem_id="preset",
+                                     label="Teaching preset: one click, one phenomenon")
                 preset_info = gr.Markdown(elem_classes=["explain"], elem_id="preset-info")
-                prompt = gr.Textbox(h.DEFAULTS["prompt"], label="Prompt: sizes, colours, shapes, places, backgrounds",
-                                    lines=2, elem_id="prompt")
+                prompt = gr.Textbox(inputs.DEFAULTS["prompt"], lines=2, elem_id="prompt",
+                                    label="Prompt: sizes, colours, shapes, places, backgrounds")
                 with gr.Row():
                     run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -260,7 +261,7 @@ def build_demo() -> gr.Blocks:
                 knobs |= _more_knobs(pair.vocab_size)
                 pair_info = knobs.pop("pair_info")
                 knobs["prompt"] = prompt
-                knob_list = [knobs[k] for k in h.KNOBS]
+                knob_list = [knobs[k] for k in inputs.KNOBS]
                 with gr.Accordion("Prompts: examples and builder", open=False):
                     gr.Examples(EXAMPLES, inputs=[prompt], cache_examples=False, label="Example prompts")
                     _prompt_builder(prompt)
@@ -300,7 +301,7 @@ def build_demo() -> gr.Blocks:
                                     cell = gr.Markdown("Click a cell of the proposal or of the heatmap to see its "
                                                        "numbers.", elem_id="cell")
                             level_rows, level_columns = {}, []
-                            for n in h.CASCADE_ROWS:   # a cascade's deeper levels, shown only when a run has them
+                            for n in CASCADE_ROWS:   # a cascade's deeper levels, shown only when a run has them
                                 column, row = _level_row(n)
                                 level_columns.append(column)
                                 level_rows |= row
@@ -319,7 +320,7 @@ def build_demo() -> gr.Blocks:
                         cmp_status = gr.Markdown(elem_id="compare-status")
                         cmp_gallery = Gallery(label="Final images", columns=6, height=240, format="png",
                                               interactive=False, elem_classes=["token-grid"])
-                        cmp_table = gr.Dataframe(headers=h.COMPARE_COLUMNS, interactive=False, label="Figures",
+                        cmp_table = gr.Dataframe(headers=comparison.COMPARE_COLUMNS, interactive=False, label="Figures",
                                                  elem_id="compare-table")
                         cmp_plot = gr.Plot(label="Side by side", show_label=False, elem_id="compare-plot")
                     with gr.Tab("Sweep", id="sweep"):
@@ -343,46 +344,46 @@ def build_demo() -> gr.Blocks:
         view_outputs = dict(draft=draft, proposal=proposal, final=final, baseline=baseline, heatmap=heatmap,
                             islands=islands, islands_key=islands_key, timeline=timeline, stats=stats,
                             scrubber=scrubber, canvas=canvas, step=step, **level_rows)
-        views = [view_outputs[v] for v in h.VIEWS]
+        views = [view_outputs[v] for v in panels.VIEWS]
         run_outputs = [state, status, trace_file, live, results, *level_columns, *views]
         model_events = dict(concurrency_id="model", concurrency_limit=1)
 
         # the model-running events and the scrubber take their inputs as sent (preprocess=False): a value
         # beyond a slider's end reaches the engine's check, which names the knob and its range, instead of
         # being clamped, and a value of the wrong type is named by the handlers instead of refused namelessly
-        gen = run_btn.click(h.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
+        gen = run_btn.click(generation.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
                             show_progress="minimal", show_progress_on=[status], preprocess=False, **model_events)
-        cmp = cmp_btn.click(h.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status], api_name="compare",
-                            show_progress_on=[cmp_status], preprocess=False, **model_events)
-        swp = sweep_btn.click(h.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status], api_name="sweep",
-                              show_progress_on=[sweep_status], preprocess=False, **model_events)
-        stop_btn.click(h.stop, None, status, api_visibility="private", queue=False)
-        baseline_btn.click(h.add_baseline, [state, show_grid], [state, status, *views], api_name="baseline",
+        cmp = cmp_btn.click(comparison.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status],
+                            api_name="compare", show_progress_on=[cmp_status], preprocess=False, **model_events)
+        swp = sweep_btn.click(comparison.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status],
+                              api_name="sweep", show_progress_on=[sweep_status], preprocess=False, **model_events)
+        stop_btn.click(control.stop, None, status, api_visibility="private", queue=False)
+        baseline_btn.click(generation.add_baseline, [state, show_grid], [state, status, *views], api_name="baseline",
                            show_progress_on=[status], **model_events)
-        replay_btn.click(h.replay, [upload, show_grid], [state, status, trace_file, *level_columns, *views],
+        replay_btn.click(replays.replay, [upload, show_grid], [state, status, trace_file, *level_columns, *views],
                          api_name="replay", show_progress_on=[status], concurrency_id="replay",
                          concurrency_limit=REPLAYS_AT_ONCE)
-        show_grid.change(h.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
-        scrubber.input(h.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
+        show_grid.change(panels.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
+        scrubber.input(panels.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
                        show_progress="hidden", trigger_mode="always_last", preprocess=False)
-        proposal.select(h.inspect_cell, state, cell, api_visibility="private")
-        summary_file.upload(h.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
-        heatmap_click.change(h.inspect_heatmap, [state, heatmap_click], cell, api_visibility="private",
+        proposal.select(panels.inspect_cell, state, cell, api_visibility="private")
+        summary_file.upload(comparison.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
+        heatmap_click.change(panels.inspect_heatmap, [state, heatmap_click], cell, api_visibility="private",
                              show_progress="hidden")
         # the menus' values reach their handlers as sent (preprocess=False): one off a menu is named there,
         # short and escaped, instead of echoed whole by the menu's own check
-        preset.input(h.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden",
+        preset.input(links.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden",
                      preprocess=False)
-        knobs["method"].change(h.explain_method, knobs["method"], [explain_images, explain_heatmap,
-                                                                   explain_islands],
+        knobs["method"].change(panels.explain_method, knobs["method"], [explain_images, explain_heatmap,
+                                                                        explain_islands],
                                api_visibility="private", show_progress="hidden", preprocess=False)
-        knobs["model"].change(h.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
-                                                              knobs["cfg_interval"], knobs["lantern_k"],
-                                                              knobs["scale"], pair_info], api_visibility="private",
+        knobs["model"].change(inputs.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
+                                                                  knobs["cfg_interval"], knobs["lantern_k"],
+                                                                  knobs["scale"], pair_info], api_visibility="private",
                               preprocess=False)
-        link_btn.click(h.share_link, [page_url, preset] + knob_list, link, js=PAGE_URL_JS, preprocess=False,
+        link_btn.click(links.share_link, [page_url, preset] + knob_list, link, js=PAGE_URL_JS, preprocess=False,
                        api_visibility="private")
-        demo.load(h.from_query, None, knob_list + [preset, preset_info], api_visibility="private",
+        demo.load(links.from_query, None, knob_list + [preset, preset_info], api_visibility="private",
                   js=PAGE_JS)
-        demo.unload(h.forget)
+        demo.unload(control.forget)
     return demo

@@ -4,21 +4,14 @@ previous run marked stale while a new one streams; Stop in every situation; a ma
 a fresh page; out-of-range values named, never clamped; no text overlapping other text at two
 screen sizes. Leaves screenshots in the test's tmp_path."""
 import logging
-import os
 import re
 
 import pytest
 
 from appserver import running_app
+from chromium import LONG, MISSING, RAN_TO_DONE, RECORD_STATUS, generate_and_wait, launch, open_page, present
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-LONG = 300_000   # ms: a run with its ar baseline, or a Compare, on a loaded two-core machine
-
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason=f"{CHROMIUM} is absent (apt-get install chromium); the browser test "
-                                       "never downloads a browser")
+pytestmark = pytest.mark.skipif(not present(), reason=MISSING)
 
 
 @pytest.fixture(scope="module")
@@ -31,18 +24,9 @@ def app_url():
 def browser(app_url):
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        b = launch(p)
         yield b
         b.close()
-
-
-def open_page(browser, url, width=1440, height=900):
-    pg = browser.new_page(viewport={"width": width, "height": height})
-    pg.set_default_timeout(60_000)
-    pg.goto(url, wait_until="domcontentloaded")
-    pg.locator("#generate").wait_for()
-    pg.wait_for_timeout(800)   # the page's load event sets the knobs from the link
-    return pg
 
 
 @pytest.fixture(scope="module")
@@ -54,29 +38,6 @@ def page(browser, app_url):
 
 def image_src(page, elem_id):
     return page.locator(f"#{elem_id} img").first.get_attribute("src")
-
-
-RECORD_STATUS = """() => {
-    window.__seen = [];
-    const note = () => window.__seen.push({
-        text: document.querySelector('#status').textContent,
-        stale: document.querySelector('#results').classList.contains('stale'),
-        live: !!document.querySelector('#live img') && document.querySelector('#live img').offsetParent !== null,
-        final: (document.querySelector('#final img') || {}).src || null});
-    new MutationObserver(note).observe(document.body, {subtree: true, childList: true, characterData: true,
-                                                       attributes: true});
-}"""
-
-RAN_TO_DONE = """() => { const t = window.__seen.map(s => s.text);
-    const i = t.findIndex(x => x.includes('Running'));
-    return i >= 0 && t.slice(i).some(x => x.includes('Done')); }"""
-
-
-def generate_and_wait(page):
-    """Press Generate and wait for this run's "Done" (not a "Done" left by the run before)."""
-    page.evaluate(RECORD_STATUS)
-    page.get_by_role("button", name="Generate", exact=True).click()
-    page.wait_for_function(RAN_TO_DONE, timeout=LONG)
 
 
 def test_a_preset_then_generate_shows_every_view_and_both_clicks_show_the_cell_card(page, tmp_path):
@@ -266,7 +227,7 @@ def test_a_link_with_values_out_of_range_names_them_and_loads_nothing_silently(b
         toast = pg.locator(".toast-body")
         expect(toast).to_contain_text("ignored tau=5 from the link: τ (tau) must be in [0, 1]")
         expect(toast).to_contain_text("ignored k=999 from the link: k must be in [0, 511]")
-        from app.handlers import DEFAULTS        # the refused values leave the defaults in place
+        from app.inputs import DEFAULTS        # the refused values leave the defaults in place
         expect(pg.locator("#tau input[type=number]")).to_have_value(f"{DEFAULTS['tau']:g}")
         expect(pg.locator("#k input[type=number]")).to_have_value(str(DEFAULTS["k"]))
         expect(pg.locator("#radius input[type=number]")).to_have_value("9")   # valid, beyond the slider: kept
@@ -341,7 +302,7 @@ K_PAYLOAD = "[pwn](https://x.example/k)<b id=pwb>b</b>"   # a short word an uplo
 def test_a_replayed_cascade_shows_markup_in_its_knobs_as_plain_text_in_the_level_title(browser, app_url, tmp_path):
     import json
     from playwright.sync_api import expect
-    from app.handlers import DEFAULTS
+    from app.inputs import DEFAULTS
     from core import engine
     from core.config import RunConfig
     run = RunConfig(prompt=DEFAULTS["prompt"]).with_params(tau=0.0, draft_method="mulo/scale=2")

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 from gradio_client import Client, handle_file
 
-from app import handlers as h
+from app import comparison, inputs, panels
 from appserver import running_app
 from core import engine, likelihood
 from core.config import MethodParams
@@ -19,12 +19,12 @@ def client():
 
 
 def knobs(**overrides):
-    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+    return [{**inputs.DEFAULTS, **overrides}[k] for k in inputs.KNOBS]
 
 
 def ar_run(**overrides) -> Trace:
     """The ar run of the knobs' prompt, seed and sampling, made here: what the app's baseline must equal."""
-    run = h.run_config(*knobs(**overrides))
+    run = inputs.run_config(*knobs(**overrides))
     return engine.run(replace(run, method="ar", params=MethodParams()), engine.load_pair(run.model))
 
 
@@ -41,7 +41,7 @@ def test_the_public_endpoints_are_named(client):
 def test_generate_returns_images_plots_and_a_trace(client):
     out = client.predict(False, *knobs(tau=0.0), api_name="/generate")
     status, trace_path, *views = out
-    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    v = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))
     assert "Done" in status
     assert all(v[k] and v[k].endswith(".png") for k in ("draft", "proposal", "final", "baseline", "canvas"))
     assert v["heatmap"]["type"] == "plotly" and "τ = 0" in v["heatmap"]["plot"]
@@ -57,14 +57,14 @@ def test_generate_returns_images_plots_and_a_trace(client):
 
 def test_tau_one_says_the_speed_came_from_resampling_everything(client):
     _, _, *views = client.predict(False, *knobs(tau=1.0), api_name="/generate")
-    stats = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))["stats"]
+    stats = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))["stats"]
     assert "Nothing of the draft was kept: every cell was resampled by the target" in stats
     assert "| kept (not resampled, of all cells) | 0.0% |" in stats
 
 
 def test_an_sjd_run_maps_each_tested_position_and_says_why_panels_are_empty(client):
     _, _, *views = client.predict(False, *knobs(method="sjd"), api_name="/generate")
-    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    v = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))
     fig = json.loads(v["heatmap"]["plot"])
     assert fig["layout"]["title"]["text"].startswith("Probability of acceptance, min(1, p/p_prev)")
     assert "tested drafts passed" in fig["layout"]["title"]["text"]
@@ -75,8 +75,8 @@ def test_an_sjd_run_maps_each_tested_position_and_says_why_panels_are_empty(clie
 
 def test_compare_runs_every_method_on_one_seed(client):
     gallery, table, plot, status = client.predict(*knobs(tau=0.0), api_name="/compare")
-    col = {name: n for n, name in enumerate(h.COMPARE_COLUMNS)}
-    assert table["headers"] == h.COMPARE_COLUMNS
+    col = {name: n for n, name in enumerate(comparison.COMPARE_COLUMNS)}
+    assert table["headers"] == comparison.COMPARE_COLUMNS
     rows = {row[0]: row for row in table["data"]}
     assert {"ar", "zipar", "mulo"} <= set(rows) and table["data"][0][0] == "ar"   # ar timed first
     mulo = rows["mulo"]
@@ -90,7 +90,7 @@ def test_compare_runs_every_method_on_one_seed(client):
     assert len(gallery) >= 3 and "Compared" in status and "`python -m core bench`" in status
     # quality against ar's image: ar is the reference; mulo's from likelihood.against_ar of the same runs
     assert (rows["ar"][col["sharpness ÷ ar"]], rows["ar"][col["log-lik gap (nats/token)"]]) == (1.0, 0.0)
-    run = h.run_config(*knobs(tau=0.0))
+    run = inputs.run_config(*knobs(tau=0.0))
     want = against_ar(engine.run(run, engine.load_pair(run.model)), tau=0.0)
     assert abs(want["sharpness"] - 1 / want["sharpness"]) > 0.05 and want["loglik_gap"] < -0.05
     assert mulo[col["sharpness ÷ ar"]] == pytest.approx(want["sharpness"], abs=0.0051)
@@ -101,11 +101,11 @@ def test_an_uploaded_trace_replays(client, tmp_path):
     _, trace_path, *_ = client.predict(False, *knobs(method="zipar", window=16), api_name="/generate")
     status, _, *views = client.predict(handle_file(trace_path), False, api_name="/replay")
     assert "no model ran" in status and "zipar" in status and "no ar baseline" in status
-    v = dict(zip(h.VIEWS, views))
+    v = dict(zip(panels.VIEWS, views))
     assert "wall clock: no ar run to compare" in v["stats"] and "sharpness ÷ ar" not in v["stats"]
     # the page offers to time one: the replayed run gets its ar baseline, a wall-clock ratio and its quality
     status, *views = client.predict(False, api_name="/baseline")
-    v = dict(zip(h.VIEWS, views))
+    v = dict(zip(panels.VIEWS, views))
     assert "ar baseline timed" in status and "× wall clock" in v["stats"] and "a rough ratio" in v["stats"]
     with open(trace_path) as f:
         want = against_ar(Trace.from_json(f.read()), method="zipar", window=16)
@@ -123,7 +123,7 @@ def test_bad_input_comes_back_as_an_error_and_the_app_stays_up(client, tmp_path)
     with pytest.raises(Exception, match="unsupported trace schema"):
         client.predict(handle_file(str(bad)), False, api_name="/replay")
     out = client.predict("Raster rejection", api_name="/preset")
-    assert out[h.KNOBS.index("rejection")] == "raster"
+    assert out[inputs.KNOBS.index("rejection")] == "raster"
 
 
 def test_the_sweep_tab_opens_a_precomputed_summary_and_refuses_a_malformed_one(client, bench_folder, tmp_path):
@@ -138,7 +138,7 @@ def test_the_sweep_tab_opens_a_precomputed_summary_and_refuses_a_malformed_one(c
 
 def test_a_cascade_run_fills_its_level_row_and_a_bad_draft_method_is_named(client):
     status, _, *views = client.predict(False, *knobs(draft_method="mulo/scale=2"), api_name="/generate")
-    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    v = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))
     assert "Done" in status
     assert "Level 1 (16×16, verified by the drafter)" in v["level1_title"]
     assert all(v[k] and v[k].endswith(".png") for k in ("level1_draft", "level1_proposal", "level1_islands"))
@@ -146,7 +146,7 @@ def test_a_cascade_run_fills_its_level_row_and_a_bad_draft_method_is_named(clien
     assert fig["data"][0]["z"]["shape"] == "16, 16" and "of 256 passed τ" in fig["layout"]["title"]["text"]
     assert not v["level2_title"] and v["level2_draft"] is None
     status, _, *views = client.predict(False, *knobs(draft_method="zipar/window=2"), api_name="/generate")
-    v = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))
+    v = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))
     assert "Done" in status and not v["level1_title"] and v["level1_draft"] is None
     with pytest.raises(Exception, match="draft_method must be name or name/knob=value"):
         client.predict(False, *knobs(draft_method="zipar/scale=2"), api_name="/generate")

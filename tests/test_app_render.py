@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from app import handlers as h
+from app import comparison, generation, inputs, level_rows, links, panels, replays
 from app import plots, render, theme
 from core import engine, likelihood
 from core.config import MethodParams, RunConfig
@@ -18,7 +18,7 @@ from core.trace import Trace
 
 
 def knobs(**overrides):
-    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+    return [{**inputs.DEFAULTS, **overrides}[k] for k in inputs.KNOBS]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,7 +34,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def generated(one_thread):
     """Every update of one default mulo generation (with its ar baseline)."""
-    return list(h.generate(None, False, *knobs()))
+    return list(generation.generate(None, False, *knobs()))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def tok():
 def shown(out):
     """The views of a generate update (state, status, trace file, live canvas, results column, *VIEWS)
     or of a replay (state, status, trace file, *VIEWS)."""
-    return dict(zip(h.VIEWS, out[-len(h.VIEWS):]))
+    return dict(zip(panels.VIEWS, out[-len(panels.VIEWS):]))
 
 
 def test_generate_ends_with_every_view_and_a_downloadable_trace(generated):
@@ -108,8 +108,8 @@ def test_replaying_every_step_rebuilds_the_final_tokens(state):
 def test_scrubber_canvas_changes_from_one_step_to_the_next(state):
     trace = state["trace"]
     for n in (0, 5, len(trace.steps) - 1):
-        a, _ = h.scrub(state, n)
-        b, caption = h.scrub(state, n + 1)
+        a, _ = panels.scrub(state, n)
+        b, caption = panels.scrub(state, n + 1)
         assert (a != b).any(), n
         assert f"Step {n + 1} of {len(trace.steps)}" in caption
 
@@ -121,7 +121,7 @@ def test_scrubber_at_zero_shows_nothing_written(state, tok):
 
 def test_clicking_a_proposal_cell_reports_its_pooled_mass(state):
     evt = gr.SelectData(None, {"index": [5, 318], "value": None})
-    text = h.inspect_cell(state, evt)
+    text = panels.inspect_cell(state, evt)
     assert "Cell (31, 0)" in text and "pooled mass" in text and "τ" in text
 
 
@@ -135,7 +135,7 @@ def test_timeline_has_a_lane_for_the_run_and_for_the_baseline(state):
 def test_the_headline_counts_every_sequential_pass_and_target_nfe_is_a_labelled_detail(generated, state):
     stats = shown(generated[-1])["stats"]
     trace, base = state["trace"], state["baseline"]
-    passes, wall, target = h.speedup(trace, base)
+    passes, wall, target = panels.speedup(trace, base)
     t = trace.totals
     assert passes == 1024 / (t["target_nfe"] + t["drafter_nfe"]) and target == 1024 / t["target_nfe"]
     assert wall == base.totals["wall_ms"] / t["wall_ms"]
@@ -147,8 +147,8 @@ def test_the_headline_counts_every_sequential_pass_and_target_nfe_is_a_labelled_
 def test_a_run_that_kept_nothing_says_so_beside_its_speedup(state):
     trace = state["trace"]
     none_kept = dataclasses.replace(trace, totals=dict(trace.totals, kept_fraction=0.0))
-    assert "Nothing of the draft was kept: every cell was resampled" in h.stats_markdown(none_kept, None)
-    assert "Nothing of the draft" not in h.stats_markdown(trace, None)
+    assert "Nothing of the draft was kept: every cell was resampled" in panels.stats_markdown(none_kept, None)
+    assert "Nothing of the draft" not in panels.stats_markdown(trace, None)
 
 
 def test_heatmap_words_are_passed_tau_and_kept_counted_from_the_verify_steps(state):
@@ -191,13 +191,13 @@ def test_sd_heatmap_shows_each_tested_position_s_probability_and_verdict(tiny_pa
 
 
 def test_views_of_an_ar_trace_say_in_words_why_panels_are_empty(state):
-    v = dict(zip(h.VIEWS, h.views(dict(trace=state["baseline"]))))
+    v = dict(zip(panels.VIEWS, panels.views(dict(trace=state["baseline"]))))
     blank = render.message_image("")
     for name in ("draft", "proposal", "islands", "baseline"):   # a panel of words, not a missing image
         assert v[name].shape == blank.shape and (v[name] != blank).any(), name
     assert "no acceptance to map" in v["heatmap"].layout.annotations[0].text
     assert v["islands_key"] == ""
-    assert h.explain_method("sd")[1].startswith("Each tested position's probability of acceptance, min(1, p/q)")
+    assert panels.explain_method("sd")[1].startswith("Each tested position's probability of acceptance, min(1, p/q)")
 
 
 def test_generate_can_be_resumed_on_any_thread_and_stopped_midway():
@@ -213,10 +213,10 @@ def test_generate_can_be_resumed_on_any_thread_and_stopped_midway():
                 break
         return out
 
-    stopped = h.generate(None, False, *knobs())
+    stopped = generation.generate(None, False, *knobs())
     assert all("Running" in u[1] for u in drive(stopped, 2))
     pools[1].submit(stopped.close).result()
-    assert "Done" in drive(h.generate(None, False, *knobs()), 10_000)[-1][1]
+    assert "Done" in drive(generation.generate(None, False, *knobs()), 10_000)[-1][1]
     for pool in pools:
         assert not pool.submit(torch.is_inference_mode_enabled).result()
         pool.shutdown()
@@ -224,20 +224,20 @@ def test_generate_can_be_resumed_on_any_thread_and_stopped_midway():
 
 def test_a_prompt_outside_the_vocabulary_is_a_gr_error():
     with pytest.raises(gr.Error, match="elephant"):
-        list(h.generate(None, False, *knobs(prompt="a purple elephant center on a striped blue background")))
+        list(generation.generate(None, False, *knobs(prompt="a purple elephant center on a striped blue background")))
 
 
 def test_a_parameter_out_of_range_is_a_gr_error_naming_it():
     with pytest.raises(gr.Error, match="tau"):
-        list(h.generate(None, False, *knobs(tau=2.0)))
+        list(generation.generate(None, False, *knobs(tau=2.0)))
     with pytest.raises(gr.Error, match="seed must be an integer"):
-        list(h.generate(None, False, *knobs(seed=1.5)))
+        list(generation.generate(None, False, *knobs(seed=1.5)))
 
 
 def test_an_uploaded_trace_replays_without_a_model_run(state, tmp_path):
     path = tmp_path / "t.json"
     path.write_text(state["trace"].to_json())
-    out = h.replay(str(path))
+    out = replays.replay(str(path))
     assert out[0]["trace"].to_dict() == state["trace"].to_dict() and "no model ran" in out[1]
     assert (shown(out)["final"] == render.grid_image(state["trace"].tokens, engine.load_pair().tokenizer)).all()
 
@@ -251,7 +251,7 @@ def test_bad_uploads_are_gr_errors_naming_the_problem(tmp_path, content, problem
     path = tmp_path / "bad.json"
     path.write_bytes(content)
     with pytest.raises(gr.Error, match=problem):
-        h.replay(str(path))
+        replays.replay(str(path))
 
 
 def test_an_oversized_upload_is_refused_before_reading(tmp_path):
@@ -259,7 +259,7 @@ def test_an_oversized_upload_is_refused_before_reading(tmp_path):
     with open(path, "wb") as f:
         f.truncate(33 * 2 ** 20)
     with pytest.raises(gr.Error, match="MiB"):
-        h.replay(str(path))
+        replays.replay(str(path))
 
 
 def test_an_upload_with_tokens_outside_the_codebook_is_refused(state, tmp_path):
@@ -268,29 +268,29 @@ def test_an_upload_with_tokens_outside_the_codebook_is_refused(state, tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(d))
     with pytest.raises(gr.Error, match="codebook"):
-        h.replay(str(path))
+        replays.replay(str(path))
 
 
 def test_every_preset_gives_a_valid_configuration():
     pair = engine.load_pair()
-    for name in h.PRESETS:
-        out = h.preset(name)
-        assert len(out) == len(h.KNOBS) + 1 and name in out[-1]
-        values = [h.DEFAULTS[k] if isinstance(v, type(gr.skip())) else v for k, v in zip(h.KNOBS, out)]
-        engine.context(h.run_config(*values), pair)
+    for name in links.PRESETS:
+        out = links.preset(name)
+        assert len(out) == len(inputs.KNOBS) + 1 and name in out[-1]
+        values = [inputs.DEFAULTS[k] if isinstance(v, type(gr.skip())) else v for k, v in zip(inputs.KNOBS, out)]
+        engine.context(inputs.run_config(*values), pair)
 
 
 def test_a_share_link_names_the_page_the_preset_and_every_knob():
-    link = h.share_link("http://127.0.0.1:7860/?old=1", "Raster rejection", *knobs(tau=0.25, method="zipar"))
+    link = links.share_link("http://127.0.0.1:7860/?old=1", "Raster rejection", *knobs(tau=0.25, method="zipar"))
     assert link.startswith("http://127.0.0.1:7860/?preset=Raster+rejection&method=zipar&prompt=a+large")
     assert "tau=0.25" in link and "gradio_api" not in link
 
 
 def _preset_run(name, seed=0):
     """(trace, island sizes) of a preset's run on the default prompt."""
-    values = dict(zip(h.KNOBS, h.preset(name)))
-    cfg = h.run_config(*knobs(**{k: v for k, v in values.items() if k in h.KNOBS
-                                 and not isinstance(v, type(gr.skip()))}))
+    values = dict(zip(inputs.KNOBS, links.preset(name)))
+    cfg = inputs.run_config(*knobs(**{k: v for k, v in values.items() if k in inputs.KNOBS
+                                      and not isinstance(v, type(gr.skip()))}))
     trace = engine.run(dataclasses.replace(cfg, seed=seed))
     v = render.verdict(trace)
     _, sizes = np.unique(v.islands[v.islands > 0], return_counts=True)
@@ -334,62 +334,63 @@ def test_the_strict_preset_grows_one_island_over_most_of_the_image(seed):
 
 
 def test_toggling_grid_lines_before_any_run_changes_nothing():
-    assert all(isinstance(v, type(gr.skip())) for v in h.regrid(None, True))
+    assert all(isinstance(v, type(gr.skip())) for v in panels.regrid(None, True))
 
 
 def test_the_prompt_builder_writes_a_caption_the_domain_reads():
-    text = h.build_prompt("small", "red", "circle", "top left", "medium", "blue", "square", "center",
-                          "striped", "green")
+    text = inputs.build_prompt("small", "red", "circle", "top left", "medium", "blue", "square", "center",
+                               "striped", "green")
     assert text == "a small red circle top left and a medium blue square center on a striped green background"
     assert len(parse_prompt(text).objects) == 2
     with pytest.raises(gr.Error, match="position"):
-        h.build_prompt("small", "red", "circle", "center", "small", "red", "cross", "center", "noisy", "red")
+        inputs.build_prompt("small", "red", "circle", "center", "small", "red", "cross", "center", "noisy", "red")
 
 
 def _read_back(choice: tuple) -> tuple:
     """The builder's choices of the prompt build_prompt writes, as the domain's parser reads them."""
-    scene = parse_prompt(h.build_prompt(*choice))
+    scene = parse_prompt(inputs.build_prompt(*choice))
     objects = [(o.size, o.colour, o.shape, o.position_words()) for o in scene.objects]
     return scene, objects
 
 
 def test_every_choice_of_every_prompt_builder_menu_writes_a_prompt_the_parser_reads_back():
-    assert all(v in choices for (_, choices), v in zip(h.PROMPT_MENUS, h.PROMPT_CHOSEN))   # the page's defaults
-    assert h.build_prompt(*h.PROMPT_CHOSEN) == h.DEFAULTS["prompt"]
-    second = list(h.PROMPT_CHOSEN[:6]) + ["square"] + list(h.PROMPT_CHOSEN[7:])
-    for menu, (_, choices) in enumerate(h.PROMPT_MENUS):
+    # the page's defaults
+    assert all(v in choices for (_, choices), v in zip(inputs.PROMPT_MENUS, inputs.PROMPT_CHOSEN))
+    assert inputs.build_prompt(*inputs.PROMPT_CHOSEN) == inputs.DEFAULTS["prompt"]
+    second = list(inputs.PROMPT_CHOSEN[:6]) + ["square"] + list(inputs.PROMPT_CHOSEN[7:])
+    for menu, (_, choices) in enumerate(inputs.PROMPT_MENUS):
         for v in choices:
             choice = list(second)
             choice[menu] = v
             if menu in (3, 7) and choice[3] == choice[7]:
                 continue                                    # one place for both: refused below
             scene, objects = _read_back(tuple(choice))
-            want = [tuple(choice[:4])] + ([tuple(choice[4:8])] if choice[6] != h.NO_OBJECT else [])
+            want = [tuple(choice[:4])] + ([tuple(choice[4:8])] if choice[6] != inputs.NO_OBJECT else [])
             assert sorted(objects) == sorted(want) and (scene.background, scene.bg_colour) == tuple(choice[8:])
-    places = h.PROMPT_MENUS[3][1]
+    places = inputs.PROMPT_MENUS[3][1]
     for p1 in places:                                       # every pair of places: both read back, or refused
         for p2 in places:
             choice = (*second[:3], p1, *second[4:7], p2, *second[8:])
             if p1 == p2:
                 with pytest.raises(gr.Error, match="share one position"):
-                    h.build_prompt(*choice)
+                    inputs.build_prompt(*choice)
             else:
                 assert sorted(o[3] for o in _read_back(choice)[1]) == sorted((p1, p2))
 
 
 @pytest.mark.parametrize("menu", range(10))
 def test_a_prompt_builder_choice_off_its_menu_is_named_short(menu):
-    choice = list(h.PROMPT_CHOSEN)
+    choice = list(inputs.PROMPT_CHOSEN)
     choice[menu] = "<b>" + "x" * 5000
     with pytest.raises(gr.Error) as refused:
-        h.build_prompt(*choice)
-    label = h.PROMPT_MENUS[menu][0]
+        inputs.build_prompt(*choice)
+    label = inputs.PROMPT_MENUS[menu][0]
     assert refused.value.message.startswith(f"{label} must be one of ") and "&lt;b&gt;xxx" in refused.value.message
     assert len(refused.value.message) < 300
 
 
 def test_sweep_plots_speedup_against_quality_for_mulo_and_zipar():
-    *_, (fig, status) = h.sweep(None, "0", "16", *knobs())
+    *_, (fig, status) = comparison.sweep(None, "0", "16", *knobs())
     assert {t.legendgroup for t in fig.data} == {"ar", "mulo", "zipar"}
     names = [t.name for t in fig.data if t.showlegend is not False]
     assert names == ["ar", "mulo τ=0, 100.0% kept", "zipar w=16"]     # one legend entry per run, no label piles
@@ -403,7 +404,7 @@ def test_sweep_plots_speedup_against_quality_for_mulo_and_zipar():
     # the detail axis: each point's log-lik gap against ar's image, from likelihood.against_ar of the
     # same runs made here (ar at 0); the hover gives its sharpness ÷ ar
     pair = engine.load_pair("embedded")
-    run = h.run_config(*knobs())
+    run = inputs.run_config(*knobs())
     ar = engine.run(dataclasses.replace(run, method="ar", params=MethodParams()), pair)
     gaps = {t.name: t for t in fig.data if t.yaxis == "y2" and t.mode == "markers"}
     for name, cfg in (("mulo τ=0, 100.0% kept", run.with_params(tau=0.0)),
@@ -433,15 +434,15 @@ def test_the_model_picker_lists_the_pairs_whose_weights_are_here(tmp_path, monke
     assert list(engine.found_pairs()) == ["embedded", "llamagen-c2i-B-256"]  # t2i still lacks its T5
     (tmp_path / "t5-ckpt" / "flan-t5-xl").mkdir(parents=True)
     assert list(engine.found_pairs()) == ["embedded", "llamagen-t2i", "llamagen-c2i-B-256"]
-    top_k, cfg, temperature, interval, lantern_k, scale, info = h.pick_model("llamagen-t2i")
+    top_k, cfg, temperature, interval, lantern_k, scale, info = inputs.pick_model("llamagen-t2i")
     assert top_k["maximum"] == 16384 and scale["choices"] == [2] and "FLAN-T5-XL" in info
     # LlamaGen's official sampling: CFG 7.5 and top-k 1000 for t2i, CFG 4 and top-k 2000 for c2i
     assert (cfg["value"], top_k["value"], temperature["value"], interval["value"]) == (7.5, 1000, 1.0, -1)
-    top_k, cfg, *_ = h.pick_model("llamagen-c2i-B-256")
+    top_k, cfg, *_ = inputs.pick_model("llamagen-c2i-B-256")
     assert (cfg["value"], top_k["value"]) == (4.0, 2000)
-    top_k, cfg, _, _, _, scale, info = h.pick_model("embedded")
+    top_k, cfg, _, _, _, scale, info = inputs.pick_model("embedded")
     assert top_k["maximum"] == 512 and scale["choices"] == [2, 4] and "Found 3 pair(s)" in info
-    assert (cfg["value"], top_k["value"]) == (h.DEFAULTS["cfg"], h.DEFAULTS["top_k"])
+    assert (cfg["value"], top_k["value"]) == (inputs.DEFAULTS["cfg"], inputs.DEFAULTS["top_k"])
 
 
 def test_a_picked_pair_without_its_weights_is_a_gr_error_naming_the_files(tmp_path, monkeypatch):
@@ -449,37 +450,38 @@ def test_a_picked_pair_without_its_weights_is_a_gr_error_naming_the_files(tmp_pa
     monkeypatch.setenv(lg.ENV_DIR, str(tmp_path))
     engine.load_pair.cache_clear()
     with pytest.raises(gr.Error, match="c2i_B_256.pt"):
-        list(h.generate(None, False, *knobs(model="llamagen-c2i-B-256", prompt="207", method="ar")))
+        list(generation.generate(None, False, *knobs(model="llamagen-c2i-B-256", prompt="207", method="ar")))
 
 
 def test_draft_method_and_redraft_are_knobs_of_the_page_the_link_and_the_presets():
-    assert {"draft_method", "redraft"} <= set(h.KNOBS) and h.DEFAULTS["draft_method"] == "ar"
-    link = h.share_link("http://127.0.0.1:7860/", None, *knobs(draft_method="mulo/scale=2", resample="jacobi",
-                                                                redraft="coupled"))
+    assert {"draft_method", "redraft"} <= set(inputs.KNOBS) and inputs.DEFAULTS["draft_method"] == "ar"
+    link = links.share_link("http://127.0.0.1:7860/", None, *knobs(draft_method="mulo/scale=2", resample="jacobi",
+                                                                   redraft="coupled"))
     assert "draft_method=mulo%2Fscale%3D2" in link and "resample=jacobi" in link and "redraft=coupled" in link
-    out = h.preset("Cascade of scales (8×8 → 16×16 → 32×32)")
-    assert dict(zip(h.KNOBS, out))["draft_method"] == "mulo/scale=2" and "No published method has a cascade" in out[-1]
-    zipar = dict(zip(h.KNOBS, h.preset("Any method drafts: ZipAR drafter")))
+    out = links.preset("Cascade of scales (8×8 → 16×16 → 32×32)")
+    assert dict(zip(inputs.KNOBS, out))["draft_method"] == "mulo/scale=2"
+    assert "No published method has a cascade" in out[-1]
+    zipar = dict(zip(inputs.KNOBS, links.preset("Any method drafts: ZipAR drafter")))
     assert zipar["draft_method"] == "zipar/window=2" and zipar["window"] == 2
     # any other preset puts the drafter back to ar
-    assert dict(zip(h.KNOBS, h.preset("Raster rejection")))["draft_method"] == "ar"
+    assert dict(zip(inputs.KNOBS, links.preset("Raster rejection")))["draft_method"] == "ar"
 
 
 @pytest.mark.parametrize("spec", ["zipar/scale=2", "mulo/scale=4", "nope", "zipar/window"])
 def test_a_bad_draft_method_is_a_gr_error_naming_it(spec):
     with pytest.raises(gr.Error, match="draft_method"):
-        list(h.generate(None, False, *knobs(draft_method=spec)))
+        list(generation.generate(None, False, *knobs(draft_method=spec)))
 
 
 def test_the_step_estimate_follows_the_drafter_s_method(monkeypatch):
     """'step n of about N': the drafter's grid is estimated as a run of its own (ZipAR's count is exact)."""
-    monkeypatch.setattr(h, "_steps_seen", {})    # no remembered run of these knobs
+    monkeypatch.setattr(generation, "_steps_seen", {})    # no remembered run of these knobs
     grid = (32, 32)
-    ar = h.expected_steps(h.run_config(*knobs()), grid)
-    zipar = h.expected_steps(h.run_config(*knobs(draft_method="zipar/window=2")), grid)
+    ar = generation.expected_steps(inputs.run_config(*knobs()), grid)
+    zipar = generation.expected_steps(inputs.run_config(*knobs(draft_method="zipar/window=2")), grid)
     assert ar - zipar == 16 * 16 - (16 + 15 * 2)
-    assert h.expected_steps(h.run_config(*knobs(draft_window=2)), grid) == zipar   # the shorthand
-    cascade = h.expected_steps(h.run_config(*knobs(draft_method="mulo/scale=2")), grid)
+    assert generation.expected_steps(inputs.run_config(*knobs(draft_window=2)), grid) == zipar   # the shorthand
+    cascade = generation.expected_steps(inputs.run_config(*knobs(draft_method="mulo/scale=2")), grid)
     assert zipar < cascade < ar            # 64 drafter passes at 8x8, plus the 16x16 level's verify and islands
 
 
@@ -487,21 +489,21 @@ def test_the_step_estimate_follows_the_drafter_s_method(monkeypatch):
 def test_the_step_estimate_is_near_the_steps_a_run_takes(monkeypatch, overrides):
     """Before any run is remembered, 'about N' is within 20 % of the steps of the default run and of
     the strict preset's (big islands), on the default prompt."""
-    monkeypatch.setattr(h, "_steps_seen", {})
-    run = h.run_config(*knobs(**overrides))
+    monkeypatch.setattr(generation, "_steps_seen", {})
+    run = inputs.run_config(*knobs(**overrides))
     steps = len(engine.run(run).steps)
-    assert abs(h.expected_steps(run, (32, 32)) - steps) <= 0.2 * steps, steps
+    assert abs(generation.expected_steps(run, (32, 32)) - steps) <= 0.2 * steps, steps
 
 
 def test_generate_and_replay_show_the_level_rows_of_a_cascade_only(generated, tmp_path):
     """The rows' columns come after the results column (generate) or the trace file (replay), before VIEWS."""
-    n = len(h.ROWS)
+    n = len(level_rows.ROWS)
     assert [c.visible for c in generated[-1][5:5 + n]] == [False, False]          # the default run: one level
-    cascade = list(h.generate(None, False, *knobs(draft_method="mulo/scale=2")))[-1]
+    cascade = list(generation.generate(None, False, *knobs(draft_method="mulo/scale=2")))[-1]
     assert [c.visible for c in cascade[5:5 + n]] == [True, False]
     assert "Level 1 (16×16" in shown(cascade)["level1_title"]
     path = tmp_path / "cascade.json"
     path.write_text(cascade[0]["trace"].to_json())
-    out = h.replay(str(path))
-    assert [c.visible for c in out[3:3 + n]] == [True, False] and len(out) == 3 + n + len(h.VIEWS)
+    out = replays.replay(str(path))
+    assert [c.visible for c in out[3:3 + n]] == [True, False] and len(out) == 3 + n + len(panels.VIEWS)
     assert (shown(out)["level1_proposal"] == shown(cascade)["level1_proposal"]).all()

@@ -13,7 +13,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from app import handlers as h
+from app import generation, inputs, level_rows, panels
 from app import plots, render, theme
 from core import engine, likelihood
 from core.embedded import family
@@ -97,7 +97,7 @@ def test_clicking_a_cell_shows_that_cell_s_numbers(trace):
     checked = set()
     for i, j in [(0, 0), (H - 1, W - 1), (3, W - 2), *[c for c, (_, a) in judged.items() if not a][:3]]:
         evt = gr.SelectData(None, {"index": [int((j + 0.5) * px), int((i + 0.5) * px)], "value": None})
-        card = card_numbers(h.inspect_cell({"trace": trace}, evt))
+        card = card_numbers(panels.inspect_cell({"trace": trace}, evt))
         assert card["cell"] == (i, j) and card["raster"] == i * W + j
         assert card["final"] == trace.tokens[i][j] and card["proposal"] == trace.proposal[i][j]
         a, b = i * h_ // H, j * w_ // W
@@ -121,7 +121,7 @@ def test_the_island_on_the_card_is_the_island_of_the_cell(tiny_pair):
         for a, b in zip(*np.nonzero(ids)):
             i, j = s["band"][0] + int(a), int(b)
             evt = gr.SelectData(None, {"index": [int((j + 0.5) * px), int((i + 0.5) * px)], "value": None})
-            assert card_numbers(h.inspect_cell({"trace": t}, evt))["island"] == before + int(ids[a, b])
+            assert card_numbers(panels.inspect_cell({"trace": t}, evt))["island"] == before + int(ids[a, b])
             seen += 1
             break
         before += int(ids.max(initial=0))
@@ -165,8 +165,8 @@ def shipped_tokenizer(trace):
 
 
 def test_a_cascade_level_row_shows_that_level_s_draft_proposal_verdicts_and_islands(cascade, tokenizer):
-    v = dict(zip(h.VIEWS, h.views({"trace": cascade})))
-    assert [row.visible for row in h.rows({"trace": cascade})] == [True, False]
+    v = dict(zip(panels.VIEWS, panels.views({"trace": cascade})))
+    assert [row.visible for row in level_rows.rows({"trace": cascade})] == [True, False]
     assert "Level 1 (8×8, verified by the drafter)" in v["level1_title"] and "τ = 0.01" in v["level1_title"]
     assert "No published method has a cascade" in v["level1_title"]
     nested = cascade.levels[0]
@@ -195,7 +195,7 @@ def test_a_cascade_level_row_shows_that_level_s_draft_proposal_verdicts_and_isla
 
 def test_the_level_row_is_not_the_target_level_or_the_transpose(cascade):
     """Negative control: the level-1 heatmap differs from its transpose and from the target's grid."""
-    z = np.asarray([d for d in h.views({"trace": cascade})[h.VIEWS.index("level1_heatmap")].data
+    z = np.asarray([d for d in panels.views({"trace": cascade})[panels.VIEWS.index("level1_heatmap")].data
                     if d.type == "heatmap"][0].z, dtype=float)
     expected = np.zeros_like(z)
     for (i, j), (pooled, _) in last_judgement(cascade, 1).items():
@@ -208,23 +208,23 @@ def test_the_level_row_is_not_the_target_level_or_the_transpose(cascade):
 def test_runs_without_a_cascade_hide_the_level_rows(tiny_pair, params):
     """A drafter that ran a method of its own (pjd) is drawn in the low-res draft panel: no level row."""
     state = {"trace": shipped_tokenizer(mulo(tiny_pair, **params))}
-    assert [row.visible for row in h.rows(state)] == [False, False]
-    v = dict(zip(h.VIEWS, h.views(state)))
-    for n in h.CASCADE_ROWS:
-        assert all(v[f"level{n}{name}"] in (None, "") for name in h.LEVEL_VIEWS)
+    assert [row.visible for row in level_rows.rows(state)] == [False, False]
+    v = dict(zip(panels.VIEWS, panels.views(state)))
+    for n in level_rows.CASCADE_ROWS:
+        assert all(v[f"level{n}{name}"] in (None, "") for name in level_rows.LEVEL_VIEWS)
 
 
 # ------------------------------------------------------------------------------ quality in the headline
 
 def knobs(**overrides):
-    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+    return [{**inputs.DEFAULTS, **overrides}[k] for k in inputs.KNOBS]
 
 
 @pytest.fixture(scope="module")
 def generated():
     """The state a Generate of mulo at τ = 0 leaves (the up-sampled draft, far from ar's image), its
     ar baseline included."""
-    return list(h.generate(None, False, *knobs(tau=0.0)))[-1][0]
+    return list(generation.generate(None, False, *knobs(tau=0.0)))[-1][0]
 
 
 def quality_said(stats: str) -> dict:
@@ -252,7 +252,7 @@ def test_the_headline_gives_the_image_s_sharpness_and_log_lik_gap_against_ar_s(g
     want = likelihood.against_ar(engine.load_pair("embedded"), generated["trace"], generated["baseline"])
     # a swapped ratio, a flipped sign or swapped columns would be seen at the printed digits
     assert abs(want["sharpness"] - 1 / want["sharpness"]) > 0.05 and want["loglik_gap"] < -0.05
-    stats = dict(zip(h.VIEWS, h.views(generated)))["stats"]
+    stats = dict(zip(panels.VIEWS, panels.views(generated)))["stats"]
     assert stats.index("fewer sequential passes") < stats.index("Quality against ar's image")
     assert_said(stats, want)
     assert "0 = as probable as the target's own sample" in stats and "1 = as sharp as ar's" in stats
@@ -261,23 +261,23 @@ def test_the_headline_gives_the_image_s_sharpness_and_log_lik_gap_against_ar_s(g
 def test_a_re_render_reads_the_quality_kept_in_the_state_and_runs_no_model(generated, monkeypatch):
     def no_model(*_, **__):
         raise AssertionError("views ran the target")
-    shown = dict(zip(h.VIEWS, h.views(generated)))["stats"]
+    shown = dict(zip(panels.VIEWS, panels.views(generated)))["stats"]
     monkeypatch.setattr(likelihood, "token_logprobs", no_model)
     monkeypatch.setattr(engine, "stream", no_model)
-    assert dict(zip(h.VIEWS, h.views(generated, True)))["stats"] == shown
+    assert dict(zip(panels.VIEWS, panels.views(generated, True)))["stats"] == shown
 
 
 def test_ar_itself_and_a_replay_without_a_baseline_say_nothing_of_quality(generated):
-    ar = list(h.generate(None, False, *knobs(method="ar")))[-1][0]
+    ar = list(generation.generate(None, False, *knobs(method="ar")))[-1][0]
     assert ar["quality"] is None
     for state in (ar, {"trace": generated["trace"], "baseline": None}):
-        stats = dict(zip(h.VIEWS, h.views(state)))["stats"]
+        stats = dict(zip(panels.VIEWS, panels.views(state)))["stats"]
         assert "sharpness" not in stats and "log-lik" not in stats
 
 
 def test_a_replayed_run_gets_its_quality_with_its_baseline(generated):
     """The add-baseline handler measures quality once the replayed trace has an ar run to be judged against."""
-    new, status, *shown = list(h.add_baseline(None, {"trace": generated["trace"], "baseline": None}))[-1]
+    new, status, *shown = list(generation.add_baseline(None, {"trace": generated["trace"], "baseline": None}))[-1]
     assert "ar baseline timed" in status
     want = likelihood.against_ar(engine.load_pair("embedded"), generated["trace"], new["baseline"])
-    assert_said(dict(zip(h.VIEWS, shown))["stats"], want)
+    assert_said(dict(zip(panels.VIEWS, shown))["stats"], want)

@@ -15,7 +15,7 @@ import pytest
 from gradio_client import Client, handle_file
 
 from app import files
-from app import handlers as h
+from app import control, inputs, level_rows, messages, panels, replays
 from app import ui, uploads
 from appserver import RUNNING, call, running_app
 from core.trace import MAX_BYTES
@@ -33,7 +33,7 @@ def client(url):
 
 
 def knobs(**overrides):
-    return [{**h.DEFAULTS, "scale": 4, "tau": 0.0, **overrides}[k] for k in h.KNOBS]
+    return [{**inputs.DEFAULTS, "scale": 4, "tau": 0.0, **overrides}[k] for k in inputs.KNOBS]
 
 
 @pytest.mark.parametrize("knob, value", [
@@ -82,10 +82,10 @@ def test_stop_affects_only_its_own_session(url):
 
 
 def test_stop_requests_are_bounded(url, monkeypatch):
-    monkeypatch.setattr(h, "STOPS_KEPT", 8)
+    monkeypatch.setattr(control, "STOPS_KEPT", 8)
     for _ in range(20):
         call(url, "stop", [])
-    assert len(h._stop_requests) <= 8
+    assert len(control._stop_requests) <= 8
 
 
 @pytest.mark.parametrize("api_name, data, event_data", [
@@ -95,7 +95,7 @@ def test_stop_requests_are_bounded(url, monkeypatch):
     ("regrid", [None, True], None),
     ("inspect_cell", [None], {"index": [10 ** 9, -5], "value": None}),
     ("build_prompt", [""] * 10, None),
-    ("share_link", ["x" * 100] * (2 + len(h.KNOBS)), None),   # page address, preset, knobs
+    ("share_link", ["x" * 100] * (2 + len(inputs.KNOBS)), None),   # page address, preset, knobs
 ])
 def test_private_events_do_no_more_than_the_page(url, api_name, data, event_data):
     msg = call(url, api_name, data, event_data=event_data)
@@ -227,7 +227,7 @@ def test_markup_in_a_knob_comes_back_inert(url):
 def test_an_integer_knob_past_its_bound_is_named_with_its_range(url, knob, value):
     msg = call(url, "generate", [False, *knobs(**{knob: value})])
     error = msg["output"].get("error") or ""
-    assert not msg["success"] and error.startswith(h.with_symbol(f"{knob} must be ")) and "got " in error, msg
+    assert not msg["success"] and error.startswith(messages.with_symbol(f"{knob} must be ")) and "got " in error, msg
 
 
 @pytest.mark.parametrize("value", ["x" * 100_000, "<a href='https://example.com/p'>p</a>", ["Raster rejection"], 7])
@@ -249,12 +249,12 @@ def test_the_prompt_builder_takes_the_page_s_own_defaults_and_each_choice_its_me
     for n, menu in enumerate(menus):
         for _, value in menu["choices"]:
             choice = [*chosen[:n], value, *chosen[n + 1:]]
-            if choice[6] != h.NO_OBJECT and choice[3] == choice[7]:
+            if choice[6] != inputs.NO_OBJECT and choice[3] == choice[7]:
                 continue                                      # two objects in one place: refused by name
             msg = call(url, "build_prompt", choice)
             assert msg["success"], (menu["label"], value, msg)
             assert parse_prompt(msg["output"]["data"][0])     # the parser reads what the menus wrote
-    assert call(url, "build_prompt", chosen)["output"]["data"][0] == h.DEFAULTS["prompt"]
+    assert call(url, "build_prompt", chosen)["output"]["data"][0] == inputs.DEFAULTS["prompt"]
 
 
 def test_a_damaged_or_packed_summary_upload_is_named_and_the_app_stays_up(client, bench_folder, tmp_path):
@@ -287,7 +287,7 @@ def test_markup_in_an_uploaded_cascade_s_knobs_reaches_the_level_title_as_plain_
     d["params"]["k"] = LINK
     (tmp_path / "marked.json").write_text(json.dumps(d))
     status, _, *views = client.predict(handle_file(str(tmp_path / "marked.json")), False, api_name="/replay")
-    title = dict(zip(h.VIEWS, views[-len(h.VIEWS):]))["level1_title"]
+    title = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))["level1_title"]
     assert "Level 1 (16×16, verified by the drafter)" in title
     assert r"k = \[see\]\(https\:\/\/example\.com\/k\)" in title and LINK not in title
 
@@ -309,12 +309,13 @@ def test_a_session_keeps_a_bounded_number_of_components_however_many_runs(url):
     for n in range(5):
         assert call(url, "generate", [False, *knobs(tau=0.01 * (n + 1))], session_hash=session)["success"]
         kept.append(len(demo.state_holder[session].blocks_config.blocks))
-    assert kept[1:] == [kept[1]] * 4 and kept[1] <= len(demo.blocks) + len(h.VIEWS) + len(h.ROWS) + 8, kept
+    most = len(demo.blocks) + len(panels.VIEWS) + len(level_rows.ROWS) + 8
+    assert kept[1:] == [kept[1]] * 4 and kept[1] <= most, kept
 
 
 def test_replays_are_read_a_few_at_once(url, trace_bytes, monkeypatch):
     reading, most, lock = [0], [0], threading.Lock()
-    load = h.load_trace
+    load = replays.load_trace
 
     def counted(*a, **kw):
         with lock:
@@ -326,7 +327,7 @@ def test_replays_are_read_a_few_at_once(url, trace_bytes, monkeypatch):
         finally:
             with lock:
                 reading[0] -= 1
-    monkeypatch.setattr(h, "load_trace", counted)
+    monkeypatch.setattr(replays, "load_trace", counted)
     uploaded = _upload(url, trace_bytes)
     with ThreadPoolExecutor(5) as pool:
         done = list(pool.map(lambda _: call(url, "replay", [_file(uploaded), False]), range(5)))

@@ -82,13 +82,13 @@ def test_download_progress_reaches_the_callback():
 
 
 def _knobs(**overrides) -> list:
-    from app import handlers as h
-    return [{**h.DEFAULTS, **overrides}[k] for k in h.KNOBS]
+    from app import inputs
+    return [{**inputs.DEFAULTS, **overrides}[k] for k in inputs.KNOBS]
 
 
 def test_the_app_shows_download_progress_on_a_space(space, monkeypatch):
     import gradio as gr
-    from app import handlers as h
+    from app import generation
     from core import engine
 
     def slow_fetch(name, weights_dir=None, progress=None):
@@ -97,7 +97,7 @@ def test_the_app_shows_download_progress_on_a_space(space, monkeypatch):
         time.sleep(0.8)
     monkeypatch.setattr(lg, "fetch_pair", slow_fetch)
     engine.load_pair.cache_clear()
-    shown, run = [], h.generate(None, False, *_knobs(model=C2I, prompt="207", method="ar"))
+    shown, run = [], generation.generate(None, False, *_knobs(model=C2I, prompt="207", method="ar"))
     with pytest.raises(gr.Error, match="c2i_B_256.pt"):  # nothing was really fetched: loading then fails
         for out in run:
             shown.append(out[1])
@@ -106,6 +106,6 @@ def test_the_app_shows_download_progress_on_a_space(space, monkeypatch):
 
 def test_offline_the_app_reports_the_cores_message(space):
     import gradio as gr
-    from app import handlers as h
+    from app import generation
     with pytest.raises(gr.Error, match=r"could not fetch c2i_B_256\.pt.*Offline\?"):
-        list(h.generate(None, False, *_knobs(model=C2I, prompt="207", method="ar")))
+        list(generation.generate(None, False, *_knobs(model=C2I, prompt="207", method="ar")))

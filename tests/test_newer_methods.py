@@ -478,10 +478,9 @@ def test_on_the_shipped_models_scd_drafts_settle_and_accept_longer_runs_than_sjd
 
 @pytest.mark.parametrize("method", NEW)
 def test_the_app_views_and_the_step_replay_read_each_new_method(pair8, method):
-    from app import handlers as h
-    from app import render
+    from app import panels, render
     t = dataclasses.replace(_run(pair8, method, 0), model="embedded")   # the tiny pair shares its tokenizer
-    shown = dict(zip(h.VIEWS, h.views(dict(trace=t))))
+    shown = dict(zip(panels.VIEWS, panels.views(dict(trace=t))))
     assert shown["final"] is not None and shown["canvas"] is not None and shown["timeline"] is not None
     for n in range(len(t.steps) + 1):
         render.step_caption(t, n)

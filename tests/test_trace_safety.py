@@ -10,7 +10,7 @@ import tracemalloc
 import gradio as gr
 import pytest
 
-from app import handlers as h
+from app import replays
 from app import plots
 from core.trace import MAX_BYTES, Steps, Trace
 from crafted import crafted, largest_accepted, millions_of_numbers, real_trace
@@ -34,7 +34,7 @@ def files(base, tmp_path_factory):
 def test_a_real_trace_replays_within_its_pair_s_limits(base, tmp_path):
     path = tmp_path / "real.json"
     path.write_text(json.dumps(base))
-    state, status, *_ = h.replay(str(path))
+    state, status, *_ = replays.replay(str(path))
     assert "no model ran" in status and state["trace"].to_dict() == base
 
 
@@ -42,7 +42,7 @@ def test_a_real_trace_replays_within_its_pair_s_limits(base, tmp_path):
 def test_a_crafted_trace_is_refused_with_one_clear_message(files, name):
     t0 = time.perf_counter()
     with pytest.raises(gr.Error) as refused:
-        h.replay(str(files[name]))
+        replays.replay(str(files[name]))
     assert time.perf_counter() - t0 < 10.0   # (a loaded 2-core machine: about 3 s at most)
     message = refused.value.message
     assert message.startswith("cannot replay this trace: ")
@@ -56,18 +56,18 @@ def test_a_gzip_upload_is_named_as_gzip(base, tmp_path):
         path = tmp_path / f"trace{n}.json"
         path.write_bytes(data)
         with pytest.raises(gr.Error) as refused:
-            h.replay(str(path))
+            replays.replay(str(path))
         assert refused.value.message == ("cannot replay this trace: the file is gzip-compressed: unpack it and "
                                          "give the trace .json itself"), refused.value.message
     path.write_bytes(json.dumps(base).encode())   # the control: the same trace unpacked replays
-    assert h.replay(str(path))[0]["trace"].to_dict() == base
+    assert replays.replay(str(path))[0]["trace"].to_dict() == base
 
 
 def _replay_traced(path) -> tuple[object, int, int]:
-    """(the session state h.replay returned, or what it raised; peak and still-held traced bytes)."""
+    """(the session state replays.replay returned, or what it raised; peak and still-held traced bytes)."""
     tracemalloc.start()
     try:
-        out = h.replay(str(path))[0]   # the state a session keeps; the views go to the page
+        out = replays.replay(str(path))[0]   # the state a session keeps; the views go to the page
     except gr.Error as e:
         out = e
     now, peak = tracemalloc.get_traced_memory()
@@ -101,7 +101,7 @@ def test_a_replayed_trace_keeps_its_steps_as_text_about_the_size_of_the_file(bas
 
 def test_an_html_method_is_not_echoed_as_markup(files):
     with pytest.raises(gr.Error) as refused:
-        h.replay(str(files["method with HTML"]))
+        replays.replay(str(files["method with HTML"]))
     assert "&lt;img" in refused.value.message and "<img" not in refused.value.message
 
 
@@ -109,7 +109,7 @@ def test_grids_are_checked_against_the_pair_before_the_tokens(base):
     """A draft grid the pair never drafts on, and no draft: refused for the grid, never sized."""
     d = dict(base, grid=dict(target=[32, 32], draft=[64, 64]), draft=None)
     with pytest.raises(ValueError, match=r"grid.draft is \[64, 64\]; the embedded pair drafts on 16x16 or 8x8"):
-        Trace.from_json(json.dumps(d), h.trace_limits)
+        Trace.from_json(json.dumps(d), replays.trace_limits)
 
 
 def test_a_trace_without_a_pair_is_bounded_by_its_own_grid(base):

@@ -1,0 +1,232 @@
+"""The views of a stored run, in VIEWS order: the image row, heatmap, islands, timeline, the headline
+(sequential passes and wall clock over ar, what the speed was bought with) and the scrubber's
+canvas; each panel a method cannot fill says why in words, and each method's explanations. Also the
+events that only read the stored run: the grid toggle, the scrubber, a click on a cell.
+
+Knows only a stored Trace and its baseline: no model runs here (the tokenizer decodes), and the
+quality numbers are read from the state (app.quality measured them).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import gradio as gr
+
+from core import engine
+from core.trace import Trace
+
+from . import plots, render
+from . import quality as per_image
+from .inputs import whole_number
+from .level_rows import CASCADE_ROWS, LEVEL_VIEWS, level_views
+from .messages import short, user_error
+
+# the outputs every view refresh returns, in this order (ui.py maps them onto components)
+VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "islands_key", "timeline", "stats",
+         "scrubber", "canvas", "step") + tuple(f"level{n}{v}" for n in CASCADE_ROWS for v in LEVEL_VIEWS)
+
+# why a panel is empty, by method (mulo fills every panel)
+NO_DRAFT = {
+    "ar": "ar has no drafter: the target writes every token itself, one per pass.",
+    "zipar": "zipar has no drafter: the target writes several rows at once, each row starting w tokens "
+             "behind the row above.",
+    "sd": "sd's drafter works at the target's own resolution, γ tokens per cycle, so there is no "
+          "low-resolution draft; the heatmap shows each draft's test.",
+    "lantern": "lantern's drafter works at the target's own resolution, γ tokens per cycle, so there is "
+               "no low-resolution draft; the heatmap shows each draft's relaxed test.",
+    "sjd": "sjd has no drafter: the target guesses a window of L tokens and refines them by Jacobi "
+           "iteration; the heatmap shows each position's test.",
+}
+NO_PROPOSAL = "No up-sampled proposal: only mulo drafts at low resolution and up-samples the draft."
+NO_ISLANDS = "{m} rejects nothing: every token it samples is final, so there are no islands."
+NO_BASELINE = ("No ar baseline for this trace (a replayed file carries only its own run). Press "
+               "\"Run or re-time the ar baseline\" to time one now.")
+
+_IMAGES_TAIL = ("the final image; and plain autoregressive decoding (ar) with the same prompt and seed, for "
+                "reference. Each square is one token.")
+# the explanations above the image row, the heatmap and the islands panel, by method
+METHOD_EXPLAIN = {
+    "mulo": ("**Left to right:** what the drafter drew at low resolution; that draft up-sampled to the full "
+             "grid (the *proposal*); " + _IMAGES_TAIL + " Click a cell of the proposal or the heatmap to inspect it.",
+             "For every proposed token the target adds up its probability and that of its k nearest codebook "
+             "neighbours (*pooled mass*, log scale). Cells at or above τ (green, black contour) **passed τ**; red "
+             "cells fell below it. Hover for the numbers, click for the cell card.",
+             "Red dots: cells below τ. Each tinted colour is one *island*: the cells below τ grown by the radius l, "
+             "all **resampled** by the target; every other cell is **kept** as proposed. Islands are "
+             "independent, so the target resamples them in parallel, a few passes instead of one per token."),
+    "ar": ("**Left to right:** ar has no draft and no proposal (the panels say why); " + _IMAGES_TAIL,
+           "ar tests nothing: every token is sampled from the target, one per pass.",
+           "ar rejects nothing, so there are no islands."),
+    "zipar": ("**Left to right:** zipar has no draft and no proposal (the panels say why); " + _IMAGES_TAIL,
+              "zipar tests nothing: the target samples every token, several rows at once.",
+              "zipar rejects nothing, so there are no islands."),
+}
+for _m, _rule in (("sd", "min(1, p/q)"), ("lantern", "min(1, p̃/q), with p̃ the target probability relaxed "
+                                                      "over the draft token's neighbours"),
+                  ("sjd", "min(1, p/p_prev), p_prev the previous Jacobi iterate")):
+    METHOD_EXPLAIN[_m] = (
+        f"**Left to right:** {_m} drafts at the full resolution, so there is no low-resolution draft or "
+        "proposal (the panels say why); " + _IMAGES_TAIL + " Click a cell of the heatmap to inspect it.",
+        f"Each tested position's probability of acceptance, {_rule}; a random draw decides. Green: the draft "
+        "**passed** and was kept; red with a cross: it failed and the target **resampled** that token from the "
+        "residual; blank: never tested (drawn from p directly).",
+        "The final image with a red dot on every token whose draft failed its test and was resampled.")
+
+
+def explain_method(method: str) -> tuple[str, str, str]:
+    """The explanations of the image row, the heatmap and the islands panel for the chosen method."""
+    return METHOD_EXPLAIN.get(method if isinstance(method, str) else "mulo", METHOD_EXPLAIN["mulo"])
+
+
+def speedup(trace: Trace, baseline: Trace | None) -> tuple[float, float | None, float]:
+    """(sequential passes ratio, wall-clock ratio, target NFE ratio) of ar over this run. The headline
+    counts every sequential pass, the drafter's too (a drafter of the target's capacity costs as much
+    per pass); target NFE alone is the detail. ar spends one target pass per cell, so the pass ratios
+    need no baseline run; the wall ratio does."""
+    H, W = trace.grid["target"]
+    ar_passes = baseline.totals["target_nfe"] + baseline.totals["drafter_nfe"] if baseline is not None else H * W
+    t = trace.totals
+    passes = ar_passes / max(t["target_nfe"] + t["drafter_nfe"], 1)
+    target = ar_passes / max(t["target_nfe"], 1)
+    wall = None if baseline is None else baseline.totals["wall_ms"] / max(t["wall_ms"], 1e-9)
+    return passes, wall, target
+
+
+def percent(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _clock(t: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t else "an earlier session"
+
+
+def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = None,
+                   quality: dict | None = None) -> str:
+    """The headline (sequential passes, target + drafter, and wall clock, each over ar), the image's
+    quality against ar's (`quality`, per_image.against_ar's dict, measured when the run and its
+    baseline completed; None: nothing said), what the speed was bought with (nothing kept: all
+    resampled), when each wall figure was measured, and the totals side by side.
+    `timed` = {"run": epoch s, "baseline": epoch s, "baseline_remembered": bool}."""
+    passes, wall, target = speedup(trace, baseline)
+    t = trace.totals
+    if trace.method == "ar":
+        head = f"### ar is the reference: {t['target_nfe']} sequential passes, {t['wall_ms'] / 1000:.2f} s"
+        notes = []
+    else:
+        head = (f"### {passes:.2f}× fewer sequential passes than ar (target + drafter)" if passes >= 1 else
+                f"### {1 / passes:.2f}× more sequential passes than ar (target + drafter)")
+        head += f" · {wall:.2f}× wall clock" if wall is not None else " · wall clock: no ar run to compare"
+        notes = [f"Target passes alone: {target:.2f}× fewer than ar (detail: drafter passes not counted)."]
+    kept = trace.totals.get("kept_fraction")
+    if trace.method != "ar" and kept == 0:
+        notes.insert(0, "**Nothing of the draft was kept: every cell was resampled by the target**, so this "
+                        "speed comes from how the target resampled (islands in parallel), not from speculation.")
+    if wall is not None and timed and timed.get("run") is None:
+        notes.append(f"Wall clock: {trace.method} as recorded in the replayed trace (another time, perhaps another "
+                     f"machine), ar timed here at {_clock(timed.get('baseline'))}: a rough ratio.")
+    elif wall is not None and timed:
+        how = "remembered from" if timed.get("baseline_remembered") else "timed right after it, at"
+        notes.append(f"Wall clock: {trace.method} timed at {_clock(timed.get('run'))}, ar {how} "
+                     f"{_clock(timed.get('baseline'))}, one run at a time in this process; other load on the "
+                     f"machine moves both. *Run or re-time the ar baseline* times ar again now.")
+    cols = [(trace.method, trace)] + ([("ar", baseline)] if baseline is not None else [])
+    rows = ["| | " + " | ".join(c for c, _ in cols) + " |", "|---|" + "---|" * len(cols)]
+    for label, fmt in (("sequential passes (target + drafter)",
+                        lambda t: str(t["target_nfe"] + t["drafter_nfe"])),
+                       ("target NFE", lambda t: str(t["target_nfe"])),
+                       ("drafter NFE", lambda t: str(t["drafter_nfe"])),
+                       ("wall clock (ms)", lambda t: f"{t['wall_ms']:.0f}"),
+                       ("passed τ (of judged cells)" if trace.method == "mulo" else
+                        "passed the test (of judged drafts)", lambda t: percent(t["passed_fraction"])),
+                       ("kept (not resampled, of all cells)", lambda t: percent(t["kept_fraction"]))):
+        rows.append(f"| {label} | " + " | ".join(fmt(t.totals) for _, t in cols) + " |")
+    if quality:
+        notes.insert(0, per_image.headline(quality))
+        rows += [f"| {label} | {run} | {ar} |" for label, run, ar in per_image.table_rows(quality)]
+    return head + "\n\n" + "\n\n".join(notes) + "\n\n" + "\n".join(rows)
+
+
+def views(state: dict | None, show_grid: bool = False) -> tuple:
+    """Every view of the stored run, in VIEWS order. No model runs here. A panel a method cannot
+    fill says why in words."""
+    if not state:
+        raise user_error("nothing to show yet: generate an image or upload a trace first")
+    trace, baseline = state["trace"], state.get("baseline")
+    m = trace.method
+    tok = engine.load_pair(trace.model).tokenizer
+    proposal = render.grid_image(trace.proposal, tok, False)
+    v = render.verdict(trace)
+    t = render.tests(trace)
+    final = render.grid_image(trace.tokens, tok, show_grid)
+    if v is not None and proposal is not None:
+        islands = render.islands_image(proposal, v, show_grid)
+    elif t is not None:
+        islands = render.failed_image(render.grid_image(trace.tokens, tok, False), t, show_grid)
+    else:
+        islands = render.message_image(NO_ISLANDS.format(m=m))
+    n = len(trace.steps)
+    return (render.grid_image(trace.draft, tok, show_grid) if trace.draft is not None
+            else render.message_image(NO_DRAFT.get(m, f"{m} has no low-resolution draft.")),
+            render.message_image(NO_PROPOSAL) if proposal is None else
+            (render.with_grid(proposal, *trace.grid["target"]) if show_grid else proposal),
+            final,
+            render.message_image("This run is ar itself: it is the baseline." if m == "ar" else NO_BASELINE)
+            if baseline is None else render.grid_image(baseline.tokens, tok, show_grid),
+            plots.heatmap(trace, v, t),
+            islands,
+            render.islands_key(v, t),
+            plots.timeline(trace, baseline),
+            stats_markdown(trace, baseline, state.get("timed"), state.get("quality")),
+            gr.Slider(minimum=0, maximum=n, value=n, step=1),
+            render.canvas_image(render.replay(trace, n), tok, show_grid),
+            render.step_caption(trace, n),
+            *(v for level in CASCADE_ROWS for v in level_views(trace, level, tok, show_grid)))
+
+
+def regrid(state: dict | None, show_grid: bool) -> tuple:
+    """The grid-lines toggle: every view redrawn, or nothing when there is no run yet."""
+    return views(state, show_grid) if state else tuple(gr.skip() for _ in VIEWS)
+
+
+def scrub(state, n, show_grid=False):
+    """(canvas, caption) after the first n steps."""
+    if not state:
+        return None, "Generate an image first; then drag the slider to replay the run."
+    trace = state["trace"]
+    total = len(trace.steps)
+    try:
+        n = whole_number(0 if n is None else n)
+    except (TypeError, ValueError, OverflowError):
+        raise user_error(f"step must be a whole number from 0 to {total}; got {short(n)}") from None
+    n = min(max(n, 0), total)
+    tok = engine.load_pair(trace.model).tokenizer
+    return render.canvas_image(render.replay(trace, n), tok, show_grid is True), render.step_caption(trace, n)
+
+
+def inspect_cell(state, evt: gr.SelectData):
+    """Details of the proposal cell under a click (evt.index = pixel (x, y))."""
+    if not state:
+        return "Generate an image first, then click a cell of the proposal."
+    trace = state["trace"]
+    try:
+        x, y = (float(v) for v in evt.index[:2])
+    except (TypeError, ValueError):
+        raise user_error(f"a cell is picked by its pixel (x, y); got {short(evt.index)}") from None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        raise user_error(f"a cell is picked by its pixel (x, y); got {short(evt.index)}")
+    i, j = render.cell_at(x, y, tuple(trace.grid["target"]))
+    return render.cell_details(trace, render.verdict(trace), i, j)
+
+
+def inspect_heatmap(state, clicked: str):
+    """The same cell card for a heatmap click ("i,j,…" written by the page's click listener)."""
+    if not state or not clicked:
+        return gr.skip()
+    trace = state["trace"]
+    H, W = trace.grid["target"]
+    try:
+        i, j = (int(x) for x in clicked.split(",")[:2])
+    except ValueError:
+        return gr.skip()
+    return render.cell_details(trace, render.verdict(trace), min(max(i, 0), H - 1), min(max(j, 0), W - 1))

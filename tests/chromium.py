@@ -1,0 +1,52 @@
+"""Debian's chromium driven through Playwright, as the browser test and scripts/screenshot.py use it:
+headless, with no sandbox, GPU, background networking, component updates or sync, and never a
+browser downloaded by a tool. Owns how a page is opened and how a Generate is waited for; knows
+nothing of what a test then checks."""
+import os
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+LONG = 300_000   # ms: a run with its ar baseline, or a Compare, on a loaded two-core machine
+MISSING = f"{CHROMIUM} is absent (apt-get install chromium); the browser test never downloads a browser"
+
+
+def present() -> bool:
+    return os.path.exists(CHROMIUM)
+
+
+def launch(playwright):
+    """The headless chromium of this machine (Playwright's own browsers are never used)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+
+
+def open_page(browser, url, width=1440, height=900):
+    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg.set_default_timeout(60_000)
+    pg.goto(url, wait_until="domcontentloaded")
+    pg.locator("#generate").wait_for()
+    pg.wait_for_timeout(800)   # the page's load event sets the knobs from the link
+    return pg
+
+
+RECORD_STATUS = """() => {
+    window.__seen = [];
+    const note = () => window.__seen.push({
+        text: document.querySelector('#status').textContent,
+        stale: document.querySelector('#results').classList.contains('stale'),
+        live: !!document.querySelector('#live img') && document.querySelector('#live img').offsetParent !== null,
+        final: (document.querySelector('#final img') || {}).src || null});
+    new MutationObserver(note).observe(document.body, {subtree: true, childList: true, characterData: true,
+                                                       attributes: true});
+}"""
+
+RAN_TO_DONE = """() => { const t = window.__seen.map(s => s.text);
+    const i = t.findIndex(x => x.includes('Running'));
+    return i >= 0 && t.slice(i).some(x => x.includes('Done')); }"""
+
+
+def generate_and_wait(page):
+    """Press Generate and wait for this run's "Done" (not a "Done" left by the run before)."""
+    page.evaluate(RECORD_STATUS)
+    page.get_by_role("button", name="Generate", exact=True).click()
+    page.wait_for_function(RAN_TO_DONE, timeout=LONG)
