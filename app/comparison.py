@@ -1,5 +1,5 @@
 """The Compare and Sweep tabs: every method on one prompt, seed and knobs (speed beside quality, ar
-timed first in the same comparison), mulo over τ and zipar over w against ar, and a precomputed sweep
+timed first in the same comparison), mulo with every up-sampler (each proposal beside its final image), mulo over τ and zipar over w against ar, and a precomputed sweep
 (a bench run's summary.json) opened as its frontier with no model run. Prompt adherence is read
 back by the embedded domain's classifier.
 
@@ -15,6 +15,7 @@ from functools import lru_cache
 import gradio as gr
 
 from core import bench, engine, report
+from core.config import UPSAMPLERS
 from core.embedded import family
 from core.embedded.domain import parse_prompt
 from core.embedded.evaluate import quality as measured_quality
@@ -49,53 +50,77 @@ COMPARE_COLUMNS = ["method", "passes (target + drafter)", "target NFE", "drafter
                    "prompt adherence (embedded pair)", per_image.SHARPNESS, f"{per_image.GAP} (nats/token)", "note"]
 
 
-@GPU
-def compare(request: gr.Request | None, *knobs):
-    """Every registered method on the same prompt, seed and knobs (KNOBS order), speed beside
-    quality (prompt adherence; sharpness ÷ ar and log-lik gap against ar's image); ar is timed first
-    in this same comparison, so every ratio has comparable conditions. Yields (gallery, table,
-    figure, status) before each method and at the end."""
-    session = session_of(request)
-    run = run_config(*knobs)
-    pair = checked(run)
+def _side_by_side(session, run, pair, jobs: list[tuple[str, object]], what: str, proposals: bool = False):
+    """ar (timed first, the reference), then each (label, RunConfig) of `jobs` on the same prompt and
+    seed: speed beside quality (prompt adherence; sharpness ÷ ar and log-lik gap against ar's image).
+    A job the pair cannot run is a table row saying why. proposals: each run's up-sampled proposal goes
+    into the gallery before its final image. Yields (gallery, table, figure, status)."""
     gallery, rows, table = [], [], []
-    methods = ["ar"] + [m for m in registry() if m != "ar"]
+    jobs = [("ar", replace(run, method="ar"))] + jobs
     measure = "prompt adherence"
     with running(session, "Compare"):
         try:
             base = base_img = None
-            for n, m in enumerate(methods):
-                yield gallery, table, plots.compare_bars(rows, measure), f"Running {m} ({n + 1} of {len(methods)})…"
-                cfg_m = replace(run, method=m)
+            for n, (label, cfg_m) in enumerate(jobs):
+                yield gallery, table, plots.compare_bars(rows, measure), f"Running {label} ({n + 1} of {len(jobs)})…"
                 try:
                     engine.context(cfg_m, pair)
                 except ValueError as e:
-                    table.append([m] + [None] * (len(COMPARE_COLUMNS) - 2) + [f"skipped: {e}"])
+                    table.append([label] + [None] * (len(COMPARE_COLUMNS) - 2) + [f"skipped: {e}"])
                     continue
-                trace = ar_baseline(run, pair, session, fresh=True) if m == "ar" else \
+                trace = ar_baseline(run, pair, session, fresh=True) if label == "ar" else \
                     run_stoppable(cfg_m, pair, session)
                 img = engine.decode_image(trace.tokens, pair.tokenizer)
-                base, base_img = (trace, img) if m == "ar" else (base, base_img)
+                base, base_img = (trace, img) if label == "ar" else (base, base_img)
                 passes, wall, target = speedup(trace, base)
                 score, measure = adherence(img, run.prompt, run.model)
                 q = per_image.against_ar(pair, trace, base, img, base_img) or per_image.REFERENCE
                 t = trace.totals
-                rows.append(dict(method=m, quality=float("nan") if score is None else score, passes=passes,
+                rows.append(dict(method=label, quality=float("nan") if score is None else score, passes=passes,
                                  sharpness=q["sharpness"], loglik_gap=q["loglik_gap"], **t))
-                table.append([m, t["target_nfe"] + t["drafter_nfe"], t["target_nfe"], t["drafter_nfe"],
+                upsampled = sum(s["wall_ms"] for s in trace.steps if s["phase"] == "upsample")
+                note = "timed first, as the reference" if label == "ar" else \
+                    (f"up-sampling {upsampled:.1f} ms" if proposals else "")
+                table.append([label, t["target_nfe"] + t["drafter_nfe"], t["target_nfe"], t["drafter_nfe"],
                               round(t["wall_ms"]), percent(t["passed_fraction"]), percent(t["kept_fraction"]),
                               round(passes, 2), round(wall, 2), round(target, 2),
                               None if score is None else round(score, 3), round(q["sharpness"], 2),
-                              round(q["loglik_gap"], 3), "timed first, as the reference" if m == "ar" else ""])
-                gallery.append((render.crisp(img), m))
+                              round(q["loglik_gap"], 3), note])
+                if proposals and label != "ar":
+                    gallery.append((render.crisp(engine.decode_image(trace.proposal, pair.tokenizer)),
+                                    f"{label}: proposal"))
+                gallery.append((render.crisp(img), f"{label}: final" if proposals else label))
         except Stopped:
             yield (gallery, table, plots.compare_bars(rows, measure),
-                   f"Stopped after {len(rows)} of {len(methods)} methods; the table shows those finished.")
+                   f"Stopped after {len(rows)} of {len(jobs)} runs; the table shows those finished.")
             return
     yield (gallery, table, plots.compare_bars(rows, measure),
-           f"Compared {len(rows)} methods on seed {run.seed}, each timed in this comparison, one after "
-           f"another. Quality: {measure}; {per_image.SHARPNESS} and {per_image.GAP} of each image against ar's "
-           f"image of this seed. {per_image.SETS}")
+           f"Compared {what} on seed {run.seed}, each timed in this comparison, one after another. Quality: "
+           f"{measure}; {per_image.SHARPNESS} and {per_image.GAP} of each image against ar's image of this seed. "
+           f"{per_image.SETS}")
+
+
+@GPU
+def compare(request: gr.Request | None, *knobs):
+    """Every registered method on the same prompt, seed and knobs (KNOBS order), speed beside
+    quality; ar is timed first in this same comparison, so every ratio has comparable conditions.
+    Yields (gallery, table, figure, status) before each method and at the end."""
+    run = run_config(*knobs)
+    pair = checked(run)
+    jobs = [(m, replace(run, method=m)) for m in registry() if m != "ar"]
+    yield from _side_by_side(session_of(request), run, pair, jobs, f"{len(jobs) + 1} methods")
+
+
+@GPU
+def compare_upsamplers(request: gr.Request | None, *knobs):
+    """mulo with every up-sampler (nearest, pixel, sr, learned) at the given knobs (KNOBS order), ar
+    first: each proposal beside its final image, speed beside quality. An up-sampler the pair ships no
+    network for is a row saying so. Yields (gallery, table, figure, status)."""
+    run = replace(run_config(*knobs), method="mulo")
+    pair = checked(run)
+    jobs = [(f"mulo, upsampler={u}", run.with_params(upsampler=u)) for u in UPSAMPLERS]
+    yield from _side_by_side(session_of(request), run, pair, jobs,
+                             f"the {len(UPSAMPLERS)} up-samplers at r = {run.params.scale}", proposals=True)
 
 
 def _numbers(text: str, name: str, cast, most: int = 6) -> list:

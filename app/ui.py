@@ -77,7 +77,10 @@ EXPLAIN = {
                "energy over ar's; 1 = as sharp as ar's) and the **log-lik gap** (the target's mean "
                "log-probability of this image's tokens minus of ar's, nats/token; 0 = as probable as the "
                "target's own sample). ar runs first in the same comparison, so every figure is against an "
-               "ar of the same conditions; target NFE alone is a detail column.",
+               "ar of the same conditions; target NFE alone is a detail column. **Compare up-samplers** runs "
+               "mulo at these knobs with each up-sampler (nearest, pixel = bicubic, sr = a trained "
+               "super-resolution network, learned = a trained token-space one) and shows each up-sampled "
+               "proposal beside the final image the target made of it.",
     "sweep": "Trade-off curve: each point is one run. Right means fewer sequential passes (target + "
              "drafter) than ar; up means a better image. Top: prompt adherence, the share of the prompt's "
              "attributes (objects, places, shapes, colours, sizes, background) that the domain's classifier "
@@ -316,7 +319,10 @@ def build_demo() -> gr.Blocks:
                             gr.HTML(theme.key_html(theme.CANVAS_KEY), elem_id="canvas-key")
                     with gr.Tab("Compare", id="compare"):
                         _explain("compare")
-                        cmp_btn = gr.Button("Compare all methods", variant="primary", elem_id="compare-run")
+                        with gr.Row():
+                            cmp_btn = gr.Button("Compare all methods", variant="primary", elem_id="compare-run")
+                            ups_btn = gr.Button("Compare up-samplers (mulo: proposal and final image of each)",
+                                                elem_id="compare-upsamplers")
                         cmp_status = gr.Markdown(elem_id="compare-status")
                         cmp_gallery = Gallery(label="Final images", columns=6, height=240, format="png",
                                               interactive=False, elem_classes=["token-grid"])
@@ -355,6 +361,9 @@ def build_demo() -> gr.Blocks:
                             show_progress="minimal", show_progress_on=[status], preprocess=False, **model_events)
         cmp = cmp_btn.click(comparison.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status],
                             api_name="compare", show_progress_on=[cmp_status], preprocess=False, **model_events)
+        ups = ups_btn.click(comparison.compare_upsamplers, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status],
+                            api_name="compare_upsamplers", show_progress_on=[cmp_status], preprocess=False,
+                            **model_events)
         swp = sweep_btn.click(comparison.sweep, [taus, windows] + knob_list, [sweep_plot, sweep_status],
                               api_name="sweep", show_progress_on=[sweep_status], preprocess=False, **model_events)
         stop_btn.click(control.stop, None, status, api_visibility="private", queue=False)

@@ -97,6 +97,38 @@ def test_compare_runs_every_method_on_one_seed(client):
     assert mulo[col["log-lik gap (nats/token)"]] == pytest.approx(want["loglik_gap"], abs=5.1e-4)
 
 
+def _image(item) -> "np.ndarray":
+    import numpy as np
+    from PIL import Image
+    path = item["image"]["path"] if isinstance(item.get("image"), dict) else item["image"]
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def test_compare_upsamplers_shows_each_proposal_beside_its_final_image(client):
+    """τ = 0 keeps every proposal, so each final image is its proposal; each up-sampler's proposal is the
+    engine's for the same knobs (the oracle: a run outside the app, decoded the same way)."""
+    import numpy as np
+    from app import render
+    gallery, table, plot, status = client.predict(*knobs(tau=0.0, scale=4), api_name="/compare_upsamplers")
+    col = {name: n for n, name in enumerate(comparison.COMPARE_COLUMNS)}
+    labels = [row[0] for row in table["data"]]
+    assert labels == ["ar"] + [f"mulo, upsampler={u}" for u in ("pixel", "nearest", "sr", "learned")]
+    assert all(row[col["passed test"]] == "100.0%" for row in table["data"][1:]), table["data"]
+    assert all(row[col["note"]].startswith("up-sampling ") for row in table["data"][1:])
+    captions = [g["caption"] for g in gallery]
+    assert captions == ["ar: final"] + [f"mulo, upsampler={u}: {w}" for u in ("pixel", "nearest", "sr", "learned")
+                                        for w in ("proposal", "final")]
+    images = {c: _image(g) for c, g in zip(captions, gallery)}
+    pair = engine.load_pair("embedded")
+    for u in ("pixel", "sr", "learned"):
+        run = replace(inputs.run_config(*knobs(tau=0.0, scale=4)), method="mulo").with_params(upsampler=u)
+        want = render.crisp(engine.decode_image(engine.run(run, pair).proposal, pair.tokenizer))
+        assert np.array_equal(images[f"mulo, upsampler={u}: proposal"], want), u
+        assert np.array_equal(images[f"mulo, upsampler={u}: final"], want), u
+    assert not np.array_equal(images["mulo, upsampler=sr: proposal"], images["mulo, upsampler=pixel: proposal"])
+    assert status.startswith("Compared the 4 up-samplers at r = 4 on seed")
+
+
 def test_an_uploaded_trace_replays(client, tmp_path):
     _, trace_path, *_ = client.predict(False, *knobs(method="zipar", window=16), api_name="/generate")
     status, _, *views = client.predict(handle_file(trace_path), False, api_name="/replay")
