@@ -126,7 +126,7 @@ def checked(cfg: RunConfig):
         if cfg.model in llamagen.PAIRS:   # named without the server's folders
             needs = ", ".join(llamagen.CHECKPOINTS[k].file for k in llamagen.pair_files(cfg.model))
             raise user_error(f"the {cfg.model} pair's weights are not on this machine: it needs {needs} in the "
-                             f"folder named by {llamagen.ENV_DIR} (see the README)")
+                             f"folder named by {llamagen.ENV_DIR} (see docs/models.md)")
         raise user_error(f"model must be one of {', '.join(found)}; got {short(cfg.model)}")
     try:
         pair = engine.load_pair(cfg.model)
@@ -161,7 +161,7 @@ def pair_markdown(name: str) -> str:
                      "into the Space's cache (persistent storage when the Space has it).")
     else:
         lines.append(f"Found {len(found)} pair(s). Put official LlamaGen checkpoints in the folder named by "
-                     f"`MULO_LLAMAGEN_DIR` (see the README) and restart to list them here.")
+                     f"`MULO_LLAMAGEN_DIR` (see docs/models.md) and restart to list them here.")
     return "\n\n".join(lines)
 
 

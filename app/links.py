@@ -22,7 +22,7 @@ PRESETS: dict[str, tuple[str, dict]] = {
                                 f"{DEFAULTS['resample']} resampling — the fewest sequential passes inside every "
                                 "image bound (adherence, FD to the data, detail FD to ar's samples, sharpness) on "
                                 "100 held-out prompts; no MuLo-SD setting of this family is inside the log-lik "
-                                "bound too (the README's quality section). On this prompt about a quarter of the "
+                                "bound too (docs/results.md, the quality section). On this prompt about a quarter of the "
                                 "up-sampled proposal falls below τ (the bicubic up-sampling blurs what the target "
                                 "would draw) and the radius sweeps the rejections into one island over most of "
                                 "the image, which the target redraws in parallel. The headline's sharpness and "

@@ -17,7 +17,7 @@ from core.trace import MAX_BYTES
 from . import comparison, control, files, generation, inputs, links, panels, replays, theme, uploads
 from .level_rows import CASCADE_ROWS
 
-# what keeps one host safe for many users (README, "Hosting safely"): a bounded queue, uploads no
+# what keeps one host safe for many users (docs/hosting.md): a bounded queue, uploads no
 # larger than a trace may be and bounded in total (app.uploads), a bounded number of sessions kept,
 # a bounded number of replays read at once, and the cache swept on a schedule
 QUEUE = dict(default_concurrency_limit=4, max_size=32)

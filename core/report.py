@@ -269,7 +269,7 @@ def default_rule(result: dict, family: str = "mulo") -> tuple[str | None, str]:
 def markdown(result: dict) -> str:
     """The summary as a Markdown table (speed, the mean up-sampling time per image where a spec
     up-samples, then every yardstick and which bounds a spec misses),
-    then the noise floors and the blurred control: what the README's tables are made of."""
+    then the noise floors and the blurred control: what the tables of docs/results.md are made of."""
     cols = ("passes", "passes ×", "wall ×", "target passes", "passed", "kept", "up-sample ms", "adherence", "FD data",
             "FD ar", "sharpness", "log-lik gap", "outside")
     out = ["| spec | " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1) + "---|"]

@@ -1,4 +1,4 @@
-"""Reliability figures of a hosted explorer, measured on loopback (README, "Hosting safely").
+"""Reliability figures of a hosted explorer, measured on loopback (docs/hosting.md).
 
     python scripts/reliability.py [--bursts 4,8,16,40] [--runs 50] [--age 20] [--soak 100] [--hold 60]
                                   [--only bursts,disk,crafted,soak,replays,same_file,flood]

@@ -1,4 +1,4 @@
-"""`python app.py` under load on loopback, as scripts/reliability.py measures it (README, "Hosting
+"""`python app.py` under load on loopback, as scripts/reliability.py measures it (docs/hosting.md, "Hosting
 safely"): a burst of concurrent clients with identical seeds gets every image whole or a clear
 "queue is full", the server logs no protocol error, the files of many runs do not pile up, its memory
 levels off over a long soak, and crafted replays leave little behind. The slow ones run with --slow;
