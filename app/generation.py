@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 import gradio as gr
 
-from core import engine
-from core.config import ParameterError, RunConfig, SamplingConfig, draft_spec
+from core import engine, methods
+from core.config import RunConfig, SamplingConfig
 from core.models import hub
 from core.trace import Trace
 
@@ -35,29 +34,11 @@ def _run_key(run: RunConfig, grid) -> tuple:
 
 
 def expected_steps(run: RunConfig, grid) -> int:
-    """About how many steps the run will take: the last run with these knobs, else from the schedule
-    (ar, zipar exact; the speculative methods by a typical acceptance)."""
+    """About how many steps the run will take: the last run with these knobs, else the method's own
+    estimate (core.methods.expected_steps)."""
     if _run_key(run, grid) in _steps_seen:
         return _steps_seen[_run_key(run, grid)]
-    H, W = grid
-    p = run.params
-    if run.method == "ar":
-        return H * W
-    if run.method == "zipar":
-        return W + (H - 1) * min(p.window, W)
-    if run.method == "mulo":
-        h, w = H // p.scale, W // p.scale
-        try:   # the drafter's grid is a run of its own: the same estimate, one level down
-            name, sub = draft_spec(p)
-            draft = expected_steps(replace(run, method=name, params=sub), (h, w))
-        except ParameterError:
-            draft = h * w
-        # the verify pass, then the resampling waves: a few at l = 0 (cells resampled alone), about
-        # 8 W / w + h per unit of radius when the expansion merges them into islands (100-prompt sweep)
-        return draft + 1 + (6 if p.radius == 0 else (8 * W // max(p.window, 1) + h) * p.radius)
-    if run.method in ("sd", "lantern"):
-        return H * W * (p.gamma + 1) // 2
-    return H * W // 2
+    return methods.expected_steps(run.method, run.params, grid)
 
 
 def _live(status: str, live=None, stale: bool = True) -> tuple:

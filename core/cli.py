@@ -1,4 +1,8 @@
-"""Command line: `python -m core {train,export,evaluate,generate,bench,report} ...`. The only printing layer of the core."""
+"""Command line: `python -m core {train,export,evaluate,generate,bench,report} ...`. The only printing layer of the core.
+
+One file, just past 500 lines: one parser and its sub-commands' small bodies (each turns flags into a
+call of the engine, the bench or a training job and prints the outcome), read as one table of commands.
+"""
 from __future__ import annotations
 
 import argparse

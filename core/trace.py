@@ -11,6 +11,10 @@ reader rejects unknown schema versions and malformed files with a TraceError tha
 wrong. It reads a file field by field and step by step, each piece parsed only once its count of
 values is known to fit the run's grids, so a hostile file is refused before it is materialised; the
 Trace it returns keeps its steps as compact text (Steps). Nothing here calls a model.
+
+One file, although past 500 lines: the record, its writer and its streaming reader are one contract
+(every field the writer emits is a bound the reader checks while parsing), and a change to one side
+must be read beside the other.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from core import engine
+from core import engine, methods
 from core.config import ParameterError, RunConfig
 from core.embedded.domain import PromptError
 from core.trace import Trace
@@ -338,3 +338,21 @@ def test_a_pair_without_trained_up_samplers_refuses_them_by_name(tiny_pair, upsa
         run(tiny_pair, upsampler=upsampler)
     with pytest.raises(ParameterError, match=rf"upsampler={upsampler}"):   # at any level of a cascade
         run(tiny_pair, scale=2, draft_method=f"mulo:scale=2:upsampler={upsampler}")
+
+
+@pytest.mark.parametrize("method, params", [("ar", {}), ("zipar", dict(window=3)), ("zipar", dict(window=40))])
+def test_a_fixed_schedule_estimates_its_steps_exactly(tiny_pair, method, params):
+    """What the app's 'step n of about N' asks of a method: exact where the schedule fixes the count."""
+    t = run(tiny_pair, method=method, **params)
+    cfg = RunConfig(method=method).with_params(**params)
+    assert methods.expected_steps(method, cfg.params, tiny_pair.grid) == len(t.steps)
+
+
+@pytest.mark.parametrize("method, params", [("mulo", {}), ("mulo", dict(scale=4, radius=1)), ("sd", {})])
+def test_a_speculative_method_estimates_its_steps_within_a_factor_of_two(method, params):
+    """On the embedded pair at its defaults, where the estimate was measured (acceptance decides the count)."""
+    cfg = RunConfig(method=method, prompt=PROMPT, seed=0).with_params(**params)
+    pair = engine.load_pair("embedded")
+    steps = len(engine.run(cfg, pair).steps)
+    got = methods.expected_steps(method, cfg.params, pair.grid)
+    assert steps / 2 <= got <= 2 * steps, (got, steps)

@@ -22,3 +22,8 @@ def decode_waves(ctx: MethodContext, waves: list[list[int]]):
 def run(ctx: MethodContext):
     H, W = ctx.grid
     return (yield from decode_waves(ctx, raster_waves(np.ones((H, W), dtype=bool))))
+
+
+def expected_steps(params, grid: tuple[int, int]) -> int:
+    """One step per cell."""
+    return grid[0] * grid[1]

@@ -15,3 +15,8 @@ def run(ctx: MethodContext):
     k = min(ctx.params.lantern_k, ctx.neighbours.shape[1])
     return (yield from speculate(ctx, relaxed_rule(
         lambda p, drafts: relaxed_target(p, drafts, ctx.neighbours, k, ctx.params.delta))))
+
+
+def expected_steps(params, grid: tuple[int, int]) -> int:
+    """As sd: about (gamma + 1) / 2 steps per cell."""
+    return grid[0] * grid[1] * (params.gamma + 1) // 2

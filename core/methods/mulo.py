@@ -269,3 +269,18 @@ def run(ctx: MethodContext):
     return Result(tokens=final.reshape(H, W), proposal=proposal.reshape(H, W), draft=draft_grid.reshape(h, w),
                   passed_fraction=count["passed"] / max(count["judged"], 1), kept_fraction=count["kept"] / (H * W),
                   extra=dict(levels=levels) if levels else {})
+
+
+def expected_steps(params, grid: tuple[int, int]) -> int:
+    """The drafter's grid as a run of its own (the same estimate, one level down), the verify pass, then
+    the resampling waves: a few at l = 0 (cells resampled alone), about 8 W / w + h per unit of radius
+    when the expansion merges them into islands (measured on the 100-prompt sweep)."""
+    from . import expected_steps as of_method
+    H, W = grid
+    h = H // params.scale
+    try:
+        name, sub = draft_spec(params)
+        draft = of_method(name, sub, (h, W // params.scale))
+    except ValueError:
+        draft = h * (W // params.scale)
+    return draft + 1 + (6 if params.radius == 0 else (8 * W // max(params.window, 1) + h) * params.radius)

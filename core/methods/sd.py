@@ -91,3 +91,8 @@ def speculate(ctx: MethodContext, rule: Rule):
 
 def run(ctx: MethodContext):
     return (yield from speculate(ctx, relaxed_rule(lambda p, drafts: p)))
+
+
+def expected_steps(params, grid: tuple[int, int]) -> int:
+    """About (gamma + 1) / 2 steps per cell (draft steps and verify passes, at a typical acceptance)."""
+    return grid[0] * grid[1] * (params.gamma + 1) // 2

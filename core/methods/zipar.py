@@ -12,3 +12,9 @@ from .ar import decode_waves
 def run(ctx: MethodContext):
     H, W = ctx.grid
     return (yield from decode_waves(ctx, zipar_waves(np.ones((H, W), dtype=np.int64), ctx.params.window)))
+
+
+def expected_steps(params, grid: tuple[int, int]) -> int:
+    """The first row alone, then a wave per later row's window: W + (H - 1) min(w, W) steps."""
+    H, W = grid
+    return W + (H - 1) * min(params.window, W)

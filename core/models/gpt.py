@@ -6,6 +6,10 @@ layout-aligned conditioning (the embedded family: what the parsed caption puts a
 added to the slot that predicts that cell) and the engine's primitive: a forward over an arbitrary
 set of grid cells through the positional KV cache.
 
+One file, although past 500 lines: the cache's slot layout, the RoPE positions and the masked
+forward over arbitrary cells are one invariant (a query reads exactly the slots of its context);
+split apart, each half would have to restate it.
+
 Convention: the token of cell t is written at slot P + t; its output predicts cell t + 1. The last
 prefix slot predicts cell 0. Module names follow LlamaGen's GPT so its state dicts load unchanged.
 It does not know about sampling, CFG mixing or decoding methods.
