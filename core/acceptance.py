@@ -4,7 +4,8 @@
   codebook neighbours reaches tau. Deterministic.
 - exact (speculative sampling): accept with min(1, p/q); residual normalize(max(0, p - q)).
 - relaxed (LANTERN): p moved from the draft token's nearest neighbours (within a total-variation
-  budget delta) onto the draft token, then the exact test.
+  budget delta) onto the draft token, then the exact test; LANTERN++ bounds the move by
+  (lambda - 1) p(x) instead.
 - annealed (COOL-SD): min(1, w p/q) with a weight w per draft position; residual
   normalize(max(0, p - min(q, w p))), which is the exact residual where w >= 1.
 - grouped (GSD): min(1, sum_C p / sum_C q) over a cluster C of the draft token (rank window of p,
@@ -51,15 +52,24 @@ def relaxed_target(p: torch.Tensor, draft: torch.Tensor, neighbours: torch.Tenso
     excluded) whose summed p stays <= delta has its mass moved onto the draft token.
     p (T, V), draft (T,), neighbours (V, K) -> (T, V)."""
     out = p.float().clone()
-    if k == 0 or delta <= 0.0:
+    budget = torch.as_tensor(delta, dtype=out.dtype).reshape(-1, 1)   # one budget, or one per row
+    if k == 0 or bool((budget <= 0.0).all()):
         return out
     nb = neighbours[draft, :k]                              # (T, k)
     mass = out.gather(1, nb)                                # (T, k)
-    keep = mass.cumsum(1) <= delta                          # prefix property: cumsum is monotone
+    keep = mass.cumsum(1) <= budget                         # prefix property: cumsum is monotone
     moved = (mass * keep).sum(1)                            # (T,)
     out.scatter_(1, nb, torch.where(keep, torch.zeros_like(mass), mass))
     out[torch.arange(len(draft)), draft] += moved
     return out
+
+
+def bounded_target(p: torch.Tensor, draft: torch.Tensor, neighbours: torch.Tensor, k: int,
+                   lam: float) -> torch.Tensor:
+    """LANTERN++'s multiplicative bound: as relaxed_target with the budget (lam - 1) p(x) of each
+    row's draft token x, so that p~(x) <= lam p(x). lam = 1 moves nothing."""
+    budget = (lam - 1.0) * p.float()[torch.arange(len(draft)), draft]
+    return relaxed_target(p, draft, neighbours, k, budget)
 
 
 def annealed_weights(n: int, delta: float, nu: float, mu: float) -> torch.Tensor:

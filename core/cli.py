@@ -132,9 +132,18 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--redraft", default=m.redraft, help="resample=jacobi: independent | coupled")
     p.add_argument("--rejection", default=m.rejection, help="local | raster")
     p.add_argument("--context", default=m.context, help="exact | verify: what resampling reads (mulo)")
-    p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, lantern)")
+    p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, cool)")
+    p.add_argument("--tree-tokens", type=int, default=m.tree_tokens,
+                   help="draft tree nodes verified per cycle, root included (eagle, lantern, vvs)")
+    p.add_argument("--tree-depth", type=int, default=m.tree_depth,
+                   help="levels of the draft tree = head passes per cycle (eagle, lantern, vvs)")
+    p.add_argument("--tree-top-k", type=int, default=m.tree_top_k,
+                   help="children per expanded node (eagle, lantern, vvs)")
     p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern)")
-    p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern)")
+    p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern, lantern_pp)")
+    p.add_argument("--lantern-lambda", type=float, default=m.lantern_lambda,
+                   help="bound p~(x) <= lambda p(x) (lantern_pp; 1 = lossless)")
+    p.add_argument("--vvs-skip", type=int, default=m.vvs_skip, help="unverified cycles after each verified one (vvs)")
     p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd, scd, gsd; pjd per row)")
     p.add_argument("--sjd-init", default=m.sjd_init, help="fresh guesses: random | repeat | above (sjd, scd, gsd, pjd)")
     p.add_argument("--gsd-group", type=int, default=m.gsd_group, help="rank-window size G of a cluster (gsd)")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-METHODS = ("ar", "zipar", "mulo", "sd", "lantern", "sjd", "scd", "gsd", "pjd", "cool")
+METHODS = ("ar", "zipar", "mulo", "sd", "eagle", "lantern", "lantern_pp", "vvs", "sjd", "scd", "gsd", "pjd", "cool")
+TREE_METHODS = ("eagle", "lantern", "lantern_pp", "vvs")   # drafted by the pair's EAGLE head as a tree (core/trees.py)
 UPSAMPLERS = ("pixel", "nearest", "sr", "learned")   # core/upsampling.py defines them; sr, learned are trained
 RESAMPLE_MODES = ("serial", "islands", "jacobi")
 REDRAFTS = ("independent", "coupled")
@@ -56,9 +57,14 @@ class MethodParams:
     draft_method: str = "ar"    # mulo: the method decoding the drafter's grid, name[/knob=value...] (see draft_spec)
     rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
     context: str = "verify"     # mulo: verify (passed cells keep verify-time K/V) | exact (rewrite changed K/V)
-    gamma: int = 4              # sd/lantern: tokens drafted per cycle
+    gamma: int = 4              # sd, cool: tokens drafted per cycle
+    tree_tokens: int = 12       # eagle, lantern, vvs: nodes verified per cycle, the root included (LANTERN: 59)
+    tree_depth: int = 3         # eagle, lantern, vvs: levels of the dynamic tree = head passes per cycle (LANTERN: 5)
+    tree_top_k: int = 3         # eagle, lantern, vvs: children per expanded node, nodes expanded per level (LANTERN: 10)
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
-    lantern_k: int = 1000       # lantern: nearest neighbours considered (capped by V - 1)
+    lantern_k: int = 1000       # lantern, lantern_pp: nearest neighbours considered (capped by V - 1)
+    lantern_lambda: float = 2.0  # lantern_pp: the relaxed p~(x) stays <= lambda p(x) (1 = lossless)
+    vvs_skip: int = 1           # vvs: unverified cycles after each verified one (0 = eagle)
     sjd_window: int = 16        # sjd, scd, gsd: Jacobi window L; pjd: the window of each active row
     sjd_init: str = "random"    # sjd, scd, gsd, pjd: fresh guesses random | repeat (token to the left) | above
     gsd_group: int = 14         # gsd: rank-window size G of the draft token's cluster (1 = sjd)
@@ -156,6 +162,8 @@ def _num(v) -> bool:
 CFG_MAX = 20.0
 TEMPERATURE_MIN, TEMPERATURE_MAX = 0.01, 10.0
 GAMMA_MAX = 16
+TREE_TOKENS_MAX = 128      # a draft tree's nodes (LANTERN's LlamaGen default: 59)
+TREE_DEPTH_MAX = 16
 WINDOW_MAX = 4096          # a ZipAR window wider than the grid's rows changes nothing
 SJD_WINDOW_MAX = 64
 PROMPT_MAX = 500
@@ -173,11 +181,12 @@ def _check_types(run: RunConfig) -> None:
         _check(isinstance(v, str), name, "text", v)
     for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
                     ("window", p.window), ("draft_window", p.draft_window), ("draft_rows", p.draft_rows),
-                    ("gamma", p.gamma), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window),
+                    ("gamma", p.gamma), ("tree_tokens", p.tree_tokens), ("tree_depth", p.tree_depth),
+                    ("tree_top_k", p.tree_top_k), ("vvs_skip", p.vvs_skip), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window),
                     ("gsd_group", p.gsd_group), ("pjd_c", p.pjd_c)):
         _check(_int(v), name, "an integer", v)
     for name, v in (("cfg", s.cfg), ("temperature", s.temperature), ("top_p", s.top_p), ("tau", p.tau),
-                    ("delta", p.delta), ("gsd_gap", p.gsd_gap), ("gsd_dist", p.gsd_dist),
+                    ("delta", p.delta), ("lantern_lambda", p.lantern_lambda), ("gsd_gap", p.gsd_gap), ("gsd_dist", p.gsd_dist),
                     ("cool_delta", p.cool_delta), ("cool_nu", p.cool_nu)):
         _check(_num(v), name, "a finite number", v)
 
@@ -215,7 +224,14 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(p.rejection in REJECTION_MODES, "rejection", f"one of {', '.join(REJECTION_MODES)}", p.rejection)
     _check(p.context in CONTEXT_MODES, "context", f"one of {', '.join(CONTEXT_MODES)}", p.context)
     _check(1 <= p.gamma <= GAMMA_MAX, "gamma", f"in [1, {GAMMA_MAX}]", p.gamma)
+    _check(2 <= p.tree_tokens <= TREE_TOKENS_MAX, "tree_tokens", f"in [2, {TREE_TOKENS_MAX}] (the root and at least "
+           "one node)", p.tree_tokens)
+    _check(1 <= p.tree_depth <= TREE_DEPTH_MAX, "tree_depth", f"in [1, {TREE_DEPTH_MAX}]", p.tree_depth)
+    _check(1 <= p.tree_top_k <= min(vocab_size, TREE_TOKENS_MAX), "tree_top_k",
+           f"in [1, {min(vocab_size, TREE_TOKENS_MAX)}]", p.tree_top_k)
     _check(0.0 <= p.delta <= 1.0, "delta", "in [0, 1]", p.delta)
+    _check(0 <= p.vvs_skip <= 16, "vvs_skip", "in [0, 16] (0 = every cycle verified)", p.vvs_skip)
+    _check(1.0 <= p.lantern_lambda <= 100.0, "lantern_lambda", "in [1, 100] (1 = lossless)", p.lantern_lambda)
     _check(0 <= p.lantern_k <= 2 ** 31, "lantern_k", ">= 0 (capped at the codebook size)", p.lantern_k)
     _check(1 <= p.sjd_window <= SJD_WINDOW_MAX, "sjd_window", f"in [1, {SJD_WINDOW_MAX}]", p.sjd_window)
     _check(p.sjd_init in SJD_INITS, "sjd_init", f"one of {', '.join(SJD_INITS)}", p.sjd_init)

@@ -59,14 +59,19 @@ class Decoder:
         self.nfe = 0
         self.fed = 0                                          # tokens fed over all forwards
         self.p0: torch.Tensor | None = None  # processed distribution of cell 0
+        self.p0_feature: torch.Tensor | None = None  # (B, D) the feature that predicted cell 0 (read by a draft head)
         self.last_probs: torch.Tensor | None = None  # (T, V) distributions of the last sampled cells
 
     @property
     def n_cells(self) -> int:
         return self.grid[0] * self.grid[1]
 
-    def prefill(self) -> None:
-        logits = self.gpt.prefill(self.cache, self.captions, self.masks, self.grid, drop=self.drop)
+    def prefill(self, features: bool = False) -> None:
+        out: dict | None = {} if features else None
+        kw = {} if out is None else {"out": out}
+        logits = self.gpt.prefill(self.cache, self.captions, self.masks, self.grid, drop=self.drop, **kw)
+        if out is not None:
+            self.p0_feature = out["hidden"]
         self.nfe += 1
         self.p0 = processed(logits, self.sampling, cells=0)[0].cpu()  # acceptance and sampling run on the CPU
 
@@ -122,19 +127,25 @@ class Decoder:
         self.changed[cells] = self.clock
 
     def feed(self, cells: list[int], tokens: list[int], write: list[bool],
-             cell_mask: torch.Tensor | None = None) -> torch.Tensor:
+             cell_mask: torch.Tensor | None = None, tree: torch.Tensor | None = None,
+             out: dict | None = None) -> torch.Tensor:
         """One forward; returns (T, V) processed distributions, row j predicting cell cells[j] + 1.
-        cell_mask (T, N) bool, optional: the cell slots each query may read (see GPT.forward_cells)."""
+        cell_mask (T, N) bool, optional: the cell slots each query may read (see GPT.forward_cells).
+        tree (T, T) bool, optional: the stand-ins each query reads (a draft tree's ancestors); out
+        (dict, optional) receives the forward's "hidden" features and the stand-ins' "kv" (see adopt)."""
         B = self.captions.shape[0]
         tok = torch.tensor(tokens, device=self.device)[None].expand(B, -1)
         cell_t = torch.tensor(cells, device=self.device)
-        if len(cells) == 1 and write[0] and cell_mask is None:  # the single-token step (compiled when told to)
+        if len(cells) == 1 and write[0] and cell_mask is None and out is None:  # the single-token step (compiled when told to)
             logits = self.gpt.step_one(self.cache, tok, cell_t, self.grid)
-        elif cell_mask is None:
+        elif cell_mask is None and tree is None and out is None:
             logits = self.gpt.forward_cells(self.cache, tok, cell_t, self.grid, torch.tensor(write, device=self.device))
-        else:
+        elif tree is None and out is None:
             logits = self.gpt.forward_cells(self.cache, tok, cell_t, self.grid, torch.tensor(write, device=self.device),
                                             cell_mask.to(self.device))
+        else:
+            logits = self.gpt.forward_cells(self.cache, tok, cell_t, self.grid, torch.tensor(write, device=self.device),
+                                            None if cell_mask is None else cell_mask.to(self.device), tree=tree, out=out)
         self.nfe += 1
         self.fed += len(cells)
         self.clock += 1
@@ -149,6 +160,25 @@ class Decoder:
             self.cache_tok[c] = t
             self.written[c] = self.clock
         return processed(logits, self.sampling, cells=[c + 1 for c in cells])[0].cpu()
+
+
+    def adopt(self, cells: list[int], tokens: list[int], kv: list, index: list[int]) -> None:
+        """Compact a draft tree's accepted path into the cache: write the K/V the last forward computed
+        for its stand-ins number `index` (their order among that forward's stand-ins) into the slots of
+        `cells`, as if they had been written then. Exact: each was computed on its own ancestors, which
+        are now the committed cells before it."""
+        slots = self.cache.prefix_len + torch.tensor(cells, device=self.cache.valid.device)
+        idx = torch.tensor(index, device=self.cache.valid.device)
+        for layer, (k, v) in enumerate(kv):
+            self.cache.write(layer, slots, k.index_select(2, idx), v.index_select(2, idx))
+        self.cache.valid[:, slots] = True
+        for c, t in zip(cells, tokens):
+            if self.cache_tok[c] == UNKNOWN:
+                self.filled[c] = self.clock
+            elif self.cache_tok[c] != t:
+                self.changed[c] = self.clock
+            self.cache_tok[c] = t
+            self.written[c] = self.clock
 
 
 def stand_in(known: np.ndarray, placeholder: np.ndarray | None, cell: int, width: int) -> int:
@@ -205,6 +235,7 @@ class MethodContext:
     device: object = "cpu"
     neighbours: torch.Tensor | None = None  # (V, K) nearest codes, nearest first
     upsampler_net: Callable | None = None   # (name, r) -> the trained up-sampler's network (mulo: sr, learned)
+    head: object | None = None              # the EAGLE draft head (tree methods: eagle, lantern, lantern_pp)
     extras: dict = field(default_factory=dict)
 
     def decoder(self, gpt, grid, context: str = "schedule") -> Decoder:

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from .config import ParameterError, RunConfig, draft_spec, validate
+from .config import TREE_METHODS, ParameterError, RunConfig, draft_spec, validate
 from .decoding import MethodContext
 from .methods import registry
 from .models.pair import ModelPair
@@ -74,12 +74,18 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
     pair.caption(run.prompt, pair.grid)  # unknown words fail here, before any model runs
     gen = torch.Generator(device="cpu").manual_seed(run.seed)
     drafter = pair.multiscale if run.method == "mulo" else pair.small
-    if run.method in ("sd", "lantern", "cool") and drafter is None:
+    if run.method in ("sd", "cool") and drafter is None:
         raise ValueError(f"the {pair.name} pair ships no same-resolution drafter for {run.method}")
+    head = None
+    if run.method in TREE_METHODS:
+        try:
+            head = pair.draft_head(run.method)
+        except (ValueError, RuntimeError) as e:
+            raise ParameterError(f"method {run.method}: {e}") from None
     return MethodContext(target=pair.target, drafter=drafter, tokenizer=pair.tokenizer, grid=pair.grid,
                          caption=lambda grid: pair.caption(run.prompt, grid), sampling=run.sampling,
                          params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours.cpu(),
-                         upsampler_net=pair.upsampler)
+                         upsampler_net=pair.upsampler, head=head)
 
 
 def _check_upsamplers(p, pair: ModelPair) -> None:

@@ -155,7 +155,8 @@ STEP_FIELDS = 32          # fields of one step (a real one has at most 14)
 VALUES_PER_CELL = 16      # values one step may hold per cell of its run's largest grid: cells and judged 2 each,
                           # tokens, prob and accepted 1 each, a verify band's four grids 1 each, and their rows
 STEP_KEYS = {"phase", "model", "nfe", "wall_ms", "cells", "tokens", "judged", "accepted", "prob", "resampled",
-             "bonus", "band", "pooled", "resample", "islands", "rows"}   # the step fields that may hold lists
+             "bonus", "band", "pooled", "resample", "islands", "rows", "tree"}   # the step fields that may hold lists
+TREE_NODES = 128          # nodes of one verified draft tree (config.TREE_TOKENS_MAX)
 GRIDS = ("tokens", "proposal", "draft", "levels", "steps")   # fields sized by the grid: parsed after it
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")   # method, model, parameter names: no markup, no paths
 
@@ -660,12 +661,32 @@ def _validate_step(n: int, s, grids: list, limits: Limits, budget: int, cells_to
         if key not in STEP_KEYS and not _plain(v):
             raise TraceError(f"step {n}: {_show(key)} is not a step field this reader knows; such fields "
                              f"may hold a number, a short word or null only")
+    if "tree" in s:
+        _validate_tree(n, s["tree"], limits.vocab_size)
     if "band" in s:
         _validate_band(n, s, h, w)
     elif "accepted" in s and not (isinstance(s["accepted"], list) and len(s["accepted"]) <= tested
                                   and all(isinstance(a, bool) for a in s["accepted"])):
         raise TraceError(f"step {n}: accepted must be a list of true / false, at most one per judged cell ({tested})")
     return budget
+
+
+def _validate_tree(n: int, t, vocab: int) -> None:
+    """A tree method's verified draft tree: per node its parent (-1: the root, else an earlier node),
+    depth, token, the drafter's q, the target's p and the verdict (1 accepted, 0 rejected, -1 not tried)."""
+    keys = ("parent", "depth", "token", "q", "p", "verdict")
+    if not (isinstance(t, dict) and set(t) == set(keys) and all(isinstance(t[k], list) for k in keys)):
+        raise TraceError(f"step {n}: tree must hold the lists {', '.join(keys)}")
+    m = len(t["token"])
+    if m > TREE_NODES or any(len(t[k]) != m for k in keys):
+        raise TraceError(f"step {n}: tree lists must have one entry per node, at most {TREE_NODES}")
+    ok = (all(_is_int(par, -1, i - 1) for i, par in enumerate(t["parent"]))
+          and all(_is_int(d, 1, TREE_NODES) for d in t["depth"])
+          and all(_is_int(x, 0, vocab - 1) for x in t["token"])
+          and all(_is_num(x, 0.0, 1.0 + 1e-3) for x in t["q"] + t["p"])
+          and all(_is_int(v, -1, 1) for v in t["verdict"]))
+    if not ok:
+        raise TraceError(f"step {n}: tree holds a parent, depth, token, probability or verdict out of range")
 
 
 def _validate_band(n: int, s: dict, H: int, W: int) -> None:

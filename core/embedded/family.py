@@ -28,7 +28,8 @@ ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 MANIFEST = "manifest.json"
 FILES = {"tokenizer": "tokenizer.safetensors", "target": "target.safetensors",
          "drafter": "drafter.safetensors", "classifier": "classifier.safetensors",
-         **{f"{job}_x{r}": f"{job}_x{r}.safetensors" for job in ("sr", "learned") for r in (2, 4)}}
+         **{f"{job}_x{r}": f"{job}_x{r}.safetensors" for job in ("sr", "learned") for r in (2, 4)},
+         "eagle": "eagle.safetensors"}
 
 
 def asset_name(job: str, scale: int = 0) -> str:
@@ -103,6 +104,19 @@ def load_upsampler(name: str, r: int, assets: Path = ASSETS, verify: bool = True
     return model.eval()
 
 
+@lru_cache(maxsize=None)
+def load_head(assets: Path = ASSETS, verify: bool = True) -> torch.nn.Module:
+    """The shipped EAGLE draft head of the target (tree methods); AssetError names the file."""
+    from ..models.eagle import DraftHead, HeadConfig
+    entry, state = _entry("eagle", assets, verify)
+    model = DraftHead(HeadConfig(**entry["config"]))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise AssetError(f"{assets / FILES['eagle']} does not fit its manifest configuration: {str(e)[:200]}") from None
+    return model.eval()
+
+
 def load_classifier(assets: Path = ASSETS, verify: bool = True) -> Classifier:
     entry, state = _entry("classifier", assets, verify)
     model = Classifier(ClassifierConfig(**entry["config"]))
@@ -114,7 +128,7 @@ def export(name: str, model: torch.nn.Module, config: dict, provenance: dict, as
     """Write weights (fp16 for the GPTs and the up-samplers, fp32 otherwise) and record config, checksum and provenance."""
     assets.mkdir(parents=True, exist_ok=True)
     path = assets / FILES[name]
-    half = name in ("target", "drafter") or name.startswith(("sr_", "learned_"))
+    half = name in ("target", "drafter", "eagle") or name.startswith(("sr_", "learned_"))
     state = {k: (v.half() if half and v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(path))
     manifest = read_manifest(assets)
@@ -142,7 +156,7 @@ def load_pair() -> ModelPair:
     target = load_gpt("target")
     small = load_gpt("drafter") if (ASSETS / FILES["drafter"]).exists() else None
     return ModelPair("embedded", target, target, small, tok, (32, 32), caption, tok.neighbours(tok.vocab_size - 1),
-                     upsampler_net=load_upsampler)
+                     upsampler_net=load_upsampler, head_net=load_head)
 
 
 def pair_facts() -> dict:

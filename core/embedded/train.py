@@ -1,5 +1,6 @@
 """Training of the embedded family: tokenizer, multi-resolution target/drafter, small drafter, classifier,
-and mulo's trained up-samplers (sr: pixel super-resolution; learned: token space), one per scale r.
+mulo's trained up-samplers (sr: pixel super-resolution; learned: token space), one per scale r, and
+the EAGLE draft head of the tree methods (eagle, lantern, lantern_pp, vvs) on the target's features.
 
 Owns the resumable loop (checkpoint every few steps; a rerun continues where it stopped), the
 per-job losses and the deterministic data stream (the batch of step s depends only on the data seed
@@ -22,7 +23,7 @@ from ..models.vq import VQConfig, VQModel
 from . import data
 from .evaluation import Classifier, ClassifierConfig, attribute_targets
 
-JOBS = ("tokenizer", "target", "drafter", "classifier", "sr", "learned")
+JOBS = ("tokenizer", "target", "drafter", "classifier", "sr", "learned", "eagle")
 UPSAMPLER_JOBS = ("sr", "learned")   # trained per scale r (TrainConfig.scale), exported as <job>_x<r>
 # the embedded family's configurations (the target serves all three grids; see family.py)
 TOKENIZER = VQConfig()
@@ -186,6 +187,47 @@ class LearnedJob:
         return F.cross_entropy(self.model(low), target)
 
 
+class EagleJob:
+    """The draft head on the frozen target's own features over the domain's scenes, as EAGLE and
+    LANTERN train theirs: smooth L1 of the predicted next feature plus 0.1 x the cross-entropy of its
+    logits against the target's distribution there, uniform noise (width 0.2) on the input features,
+    10 % of the captions dropped so the head also learns the unconditional branch of CFG."""
+    NOISE, P_WEIGHT = 0.2, 0.1
+
+    def __init__(self, cfg: TrainConfig, assets: Path):
+        from ..models.eagle import DraftHead
+        from .family import load_gpt, load_tokenizer
+        self.cfg = cfg
+        self.target = load_gpt("target", assets)
+        self.target.requires_grad_(False)
+        self.model = DraftHead.for_target(self.target)
+        self.tokenizer = load_tokenizer(assets)
+
+    def loss(self, step: int):
+        grid, t = (32, 32), self.target
+        scenes, rng = _scene_batch(self.cfg, step, self.cfg.batch)
+        with torch.no_grad():
+            tokens = self.tokenizer.encode(data.image_batch(scenes, SIZE)).flatten(1)      # (B, N)
+            caps, masks = zip(*(data.caption_ids(s.caption(), grid[0]) for s in scenes))
+            caps, masks = torch.stack(caps), torch.stack(masks)
+            drop = torch.from_numpy(rng.random(len(scenes)) < 0.1)
+            out: dict = {}
+            t(caps, masks | drop[:, None], tokens, grid, drop=drop, out=out)
+            feats = out["hidden"]                                # (B, N, D): feats[:, c] predicts cell c
+            cond = t.cell_conditioning(caps, grid, drop)         # (B, N, D) per predicted cell, or None
+            gen = torch.Generator().manual_seed(self.cfg.data_seed * 1_000_003 + step)
+            noise = (torch.rand(feats[:, :-1].shape, generator=gen) - 0.5) * self.NOISE
+        P, N = t.cfg.prefix_len, tokens.shape[1]
+        # at cell c the head reads x_c and the feature that predicted it, and predicts the feature at c
+        pred = self.model(tokens[:, :-1], feats[:, :-1] + noise, t.rope(grid, "cpu")[P:P + N - 1],
+                          None if cond is None else cond[:, 1:])
+        goal = feats[:, 1:]
+        v_loss = F.smooth_l1_loss(pred, goal)
+        p_goal = torch.softmax(t.output(goal).float(), -1)
+        p_loss = -(p_goal * torch.log_softmax(t.output(pred).float(), -1)).sum(-1).mean()
+        return v_loss + self.P_WEIGHT * p_loss
+
+
 def _check_scale(cfg: TrainConfig) -> None:
     if cfg.scale not in (2, 4):
         raise ValueError(f"the {cfg.job} job needs --scale 2 or 4 (the up-scale factor r it learns); got {cfg.scale}")
@@ -204,6 +246,8 @@ def make_job(cfg: TrainConfig, assets: Path):
         return SRJob(cfg, assets)
     if cfg.job == "learned":
         return LearnedJob(cfg, assets)
+    if cfg.job == "eagle":
+        return EagleJob(cfg, assets)
     raise ValueError(f"unknown job {cfg.job!r}; choose one of {', '.join(JOBS)}")
 
 

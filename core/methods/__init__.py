@@ -21,13 +21,15 @@ class Result:
 def expected_steps(method: str, params, grid: tuple[int, int]) -> int:
     """About how many Steps a run of `method` yields on `grid`: each method module's own estimate
     (exact for the fixed schedules, by a typical acceptance for the speculative ones), else H W / 2."""
-    from . import ar, lantern, mulo, sd, zipar
-    own = {"ar": ar, "zipar": zipar, "sd": sd, "lantern": lantern, "mulo": mulo}.get(method)
+    from . import ar, eagle, lantern, lantern_pp, mulo, sd, vvs, zipar
+    own = {"ar": ar, "zipar": zipar, "sd": sd, "lantern": lantern, "mulo": mulo, "eagle": eagle,
+           "lantern_pp": lantern_pp, "vvs": vvs}.get(method)
     H, W = grid
     return own.expected_steps(params, grid) if own is not None else H * W // 2
 
 
 def registry() -> dict:
-    from . import ar, cool, gsd, lantern, mulo, pjd, scd, sd, sjd, zipar
+    from . import ar, cool, eagle, gsd, lantern, lantern_pp, mulo, pjd, scd, sd, sjd, vvs, zipar
     return {"ar": ar.run, "zipar": zipar.run, "sd": sd.run, "lantern": lantern.run, "sjd": sjd.run, "mulo": mulo.run,
-            "scd": scd.run, "gsd": gsd.run, "pjd": pjd.run, "cool": cool.run}
+            "scd": scd.run, "gsd": gsd.run, "pjd": pjd.run, "cool": cool.run, "eagle": eagle.run,
+            "lantern_pp": lantern_pp.run, "vvs": vvs.run}

@@ -230,10 +230,12 @@ class LayoutEmbedder(nn.Module):
 
 
 class _FullContext:
-    """Attention among the tokens of one call only (training, prefill)."""
+    """Attention among the tokens of one call only (training, prefill). out (dict, optional) receives
+    the final normed hidden states ("hidden", (B, T, D)): the features a draft head reads."""
 
-    def __init__(self, mask, cache: KVCache | None = None, slots: torch.Tensor | None = None):
-        self.mask, self.cache, self.slots = mask, cache, slots
+    def __init__(self, mask, cache: KVCache | None = None, slots: torch.Tensor | None = None,
+                 out: dict | None = None):
+        self.mask, self.cache, self.slots, self.out = mask, cache, slots, out
 
     def keys(self, layer, k, v):
         if self.cache is not None:
@@ -262,10 +264,11 @@ class _CachedContext:
     or after it, before the call's stand-ins, are left out of the attention (they are all masked)."""
 
     def __init__(self, cache: KVCache, slots: torch.Tensor, write: torch.Tensor | None, key_ok: torch.Tensor,
-                 query_sees: torch.Tensor, reach: int | None = None):
+                 query_sees: torch.Tensor, reach: int | None = None, out: dict | None = None):
         # key_ok (B, K) keys any query may read, query_sees (T, K) which keys each query may read; the
-        # mask is their conjunction, K = the S slots plus the call's stand-ins
-        self.cache, self.slots = cache, slots
+        # mask is their conjunction, K = the S slots plus the call's stand-ins. out (dict, optional)
+        # receives "hidden" (B, T, D) and "kv", per layer the (k, v) (B, h, T_x, d) of the stand-ins
+        self.cache, self.slots, self.out = cache, slots, out
         self.all_written = write is None or bool(write.all())
         if not self.all_written:
             self.written = torch.nonzero(write).squeeze(1)    # (T_w,) positions in the call
@@ -297,9 +300,45 @@ class _CachedContext:
             return self._cached(self.cache.k[layer]), self._cached(self.cache.v[layer]), self.mask
         w, x = self.written, self.extra
         self.cache.write(layer, self.slots[w], k.index_select(2, w), v.index_select(2, w))
-        k_all = torch.cat([self._cached(self.cache.k[layer]), k.index_select(2, x)], dim=2)
-        v_all = torch.cat([self._cached(self.cache.v[layer]), v.index_select(2, x)], dim=2)
+        k_x, v_x = k.index_select(2, x), v.index_select(2, x)
+        if self.out is not None:  # kept for the caller to adopt into the cache (a draft tree's accepted path)
+            self.out.setdefault("kv", []).append((k_x, v_x))
+        k_all = torch.cat([self._cached(self.cache.k[layer]), k_x], dim=2)
+        v_all = torch.cat([self._cached(self.cache.v[layer]), v_x], dim=2)
         return k_all, v_all, self.mask
+
+
+def cell_attention(cache: KVCache, cells: torch.Tensor, prefix_len: int, write: torch.Tensor | None = None,
+                   cell_mask: torch.Tensor | None = None, tree: torch.Tensor | None = None):
+    """Who reads what in a cached forward over cells (T,) (see GPT.forward_cells): marks the written
+    cells valid and returns (slots (T,), key_ok (B, K), sees (T, K), reach), K = the cache's S slots
+    plus one key per unwritten token. Shared by the GPT and the draft head that reads its features."""
+    P, dev = prefix_len, cells.device
+    write = torch.ones(cells.shape[0], dtype=torch.bool, device=dev) if write is None else write
+    slots = cells + P  # (T,)
+    cache.valid[:, slots[write]] = True
+    S = cache.valid.shape[1]
+    s_idx = torch.arange(S, device=dev)
+    key_ok = cache.valid                                                  # (B, S)
+    sees = s_idx[None, :] <= slots[:, None]                               # (T, S)
+    all_written = bool(write.all())
+    if not all_written:
+        sees = sees & ~((s_idx[None, :] == slots[:, None]) & ~write[:, None])  # an unwritten query's own slot
+    if cell_mask is not None:
+        own = s_idx[None, :] == slots[:, None]                                        # (T, S)
+        allowed = torch.cat([torch.ones(cells.shape[0], P, dtype=torch.bool, device=dev), cell_mask], dim=1)
+        sees = sees & (allowed | own)
+    if not all_written:
+        stand_ins = torch.nonzero(~write).squeeze(1)
+        n_extra = int(stand_ins.shape[0])
+        extra = torch.zeros(cells.shape[0], n_extra, dtype=torch.bool, device=dev)
+        extra[stand_ins, torch.arange(n_extra, device=dev)] = True
+        if tree is not None:
+            extra = extra | tree.to(dev)[:, stand_ins]
+        sees = torch.cat([sees, extra], dim=1)
+        key_ok = torch.cat([key_ok, torch.ones(key_ok.shape[0], n_extra, dtype=torch.bool, device=dev)], dim=1)
+    reach = int(slots.max()) + 1 if dev.type == "cpu" else None  # no query sees a slot after its own
+    return slots, key_ok, sees, reach
 
 
 class GPT(nn.Module):
@@ -385,11 +424,15 @@ class GPT(nn.Module):
         rope = rope_parts(rope)
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, ctx, i)
-        return self.output(self.norm(x)).float()
+        h = self.norm(x)
+        if getattr(ctx, "out", None) is not None:
+            ctx.out["hidden"] = h
+        return self.output(h).float()
 
     # ---- training / reference path -----------------------------------------------------------
-    def forward(self, captions, prefix_mask, tokens, grid, drop=None) -> torch.Tensor:
-        """Teacher-forced logits for every cell. tokens (B, N) -> (B, N, V); logits[:, t] predict cell t."""
+    def forward(self, captions, prefix_mask, tokens, grid, drop=None, out: dict | None = None) -> torch.Tensor:
+        """Teacher-forced logits for every cell. tokens (B, N) -> (B, N, V); logits[:, t] predict cell t.
+        out (dict, optional) receives "hidden" (B, N, D), the normed features those logits are read from."""
         B, N = tokens.shape
         P = self.cfg.prefix_len
         x = torch.cat([self.prefix_embeddings(captions, drop), self.tok_embeddings(tokens[:, :-1])], dim=1)
@@ -402,7 +445,10 @@ class GPT(nn.Module):
             causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
             key_ok = torch.cat([prefix_mask, torch.ones(B, N - 1, dtype=torch.bool, device=x.device)], dim=1)
             mask = ((causal[None] & key_ok[:, None, :]) | torch.eye(L, dtype=torch.bool, device=x.device)[None])[:, None]
-        logits = self._trunk(x, self.rope(grid, x.device)[:L], _FullContext(mask))
+        ctx = _FullContext(mask, out=out)
+        logits = self._trunk(x, self.rope(grid, x.device)[:L], ctx)
+        if out is not None:
+            out["hidden"] = out["hidden"][:, P - 1:]
         return logits[:, P - 1:]
 
     @torch.no_grad()
@@ -432,10 +478,11 @@ class GPT(nn.Module):
         return KVCache(c.n_layer, batch, c.n_head, c.prefix_len, grid[0] * grid[1], c.head_dim, device, dtype)
 
     @torch.no_grad()
-    def prefill(self, cache: KVCache, captions, prefix_mask, grid, drop=None) -> torch.Tensor:
+    def prefill(self, cache: KVCache, captions, prefix_mask, grid, drop=None, out: dict | None = None) -> torch.Tensor:
         """Write the caption prefix into the cache; returns (B, V) logits for cell 0.
 
-        drop (B,) bool: rows that read the null caption (the unconditional half of CFG)."""
+        drop (B,) bool: rows that read the null caption (the unconditional half of CFG). out (dict,
+        optional) receives "hidden" (B, D), the feature of the last prefix slot."""
         P = self.cfg.prefix_len
         x = self.prefix_embeddings(captions, drop).to(cache.k.dtype)
         cond = self.cell_conditioning(captions, grid, drop)
@@ -445,13 +492,16 @@ class GPT(nn.Module):
         causal = torch.ones(P, P, dtype=torch.bool, device=x.device).tril()
         mask = (causal[None] & prefix_mask[:, None, :]) | torch.eye(P, dtype=torch.bool, device=x.device)[None]
         slots = torch.arange(P, device=x.device)
-        logits = self._trunk(x, self.rope(grid, x.device)[:P], _FullContext(mask[:, None], cache, slots))
+        logits = self._trunk(x, self.rope(grid, x.device)[:P], _FullContext(mask[:, None], cache, slots, out))
         cache.valid[:, :P] = prefix_mask
+        if out is not None:
+            out["hidden"] = out["hidden"][:, -1]
         return logits[:, -1]
 
     @torch.no_grad()
     def forward_cells(self, cache: KVCache, tokens: torch.Tensor, cells: torch.Tensor, grid,
-                      write: torch.Tensor | None = None, cell_mask: torch.Tensor | None = None) -> torch.Tensor:
+                      write: torch.Tensor | None = None, cell_mask: torch.Tensor | None = None,
+                      tree: torch.Tensor | None = None, out: dict | None = None) -> torch.Tensor:
         """Feed tokens (B, T) at cells (T,) (raster indices); returns (B, T, V), [:, j] predicting cell cells[j]+1.
 
         Each query attends to the valid prefix and to every written cell whose raster index is not
@@ -459,33 +509,16 @@ class GPT(nn.Module):
         by their own query only and leave the cache untouched (ZipAR's stand-in tokens).
         cell_mask (T, H*W) bool, optional: a further restriction, the cell slots each query may read
         (pjd's row-causal drafts); a query always reads its own token.
+        tree (T, T) bool, optional: which of the call's unwritten tokens each query reads besides its
+        own (a draft tree: a node reads its ancestors, several nodes may sit at one cell).
+        out (dict, optional): receives "hidden" and the stand-ins' "kv" (see _CachedContext).
         """
-        P, dev = self.cfg.prefix_len, tokens.device
-        write = torch.ones(cells.shape[0], dtype=torch.bool, device=dev) if write is None else write
-        slots = cells + P  # (T,)
-        cache.valid[:, slots[write]] = True
-        S = cache.valid.shape[1]
-        s_idx = torch.arange(S, device=dev)
-        key_ok = cache.valid                                                  # (B, S)
-        sees = s_idx[None, :] <= slots[:, None]                               # (T, S)
-        all_written = bool(write.all())
-        if not all_written:
-            sees = sees & ~((s_idx[None, :] == slots[:, None]) & ~write[:, None])  # an unwritten query's own slot
-        if cell_mask is not None:
-            own = s_idx[None, :] == slots[:, None]                                        # (T, S)
-            allowed = torch.cat([torch.ones(cells.shape[0], P, dtype=torch.bool, device=dev), cell_mask], dim=1)
-            sees = sees & (allowed | own)
-        if not all_written:
-            n_extra = int((~write).sum())
-            extra = torch.zeros(cells.shape[0], n_extra, dtype=torch.bool, device=dev)
-            extra[torch.nonzero(~write).squeeze(1), torch.arange(n_extra, device=dev)] = True
-            sees = torch.cat([sees, extra], dim=1)
-            key_ok = torch.cat([key_ok, torch.ones(key_ok.shape[0], n_extra, dtype=torch.bool, device=dev)], dim=1)
+        slots, key_ok, sees, reach = cell_attention(cache, cells, self.cfg.prefix_len, write, cell_mask, tree)
+        write = torch.ones(cells.shape[0], dtype=torch.bool, device=tokens.device) if write is None else write
         x = self.tok_embeddings(tokens).to(cache.k.dtype)
         x = self._add_cell_conditioning(x, cache, cells)
-        rope = self.rope(grid, dev)[slots]
-        reach = int(slots.max()) + 1 if dev.type == "cpu" else None  # no query sees a slot after its own
-        return self._trunk(x, rope, _CachedContext(cache, slots, write, key_ok, sees, reach))
+        rope = self.rope(grid, tokens.device)[slots]
+        return self._trunk(x, rope, _CachedContext(cache, slots, write, key_ok, sees, reach, out))
 
     @staticmethod
     def _add_cell_conditioning(x: torch.Tensor, cache: KVCache, cells: torch.Tensor) -> torch.Tensor:

@@ -309,9 +309,24 @@ def default_dtype(device) -> torch.dtype:
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
+def lantern_folder(name: str, weights_dir: str | Path | None = None) -> Path:
+    """Where a pair's LANTERN-format EAGLE drafter is read from (tree methods): <weights>/lantern-<pair>/."""
+    return weights_folder(weights_dir) / f"lantern-{name}"
+
+
+def _head_loader(name: str, weights_dir, device, dtype) -> Callable:
+    def load():
+        from .eagle import load_lantern
+        try:
+            return load_lantern(lantern_folder(name, weights_dir)).to(device=device, dtype=dtype)
+        except FileNotFoundError as e:
+            raise MissingWeights(str(e)) from None
+    return load
+
+
 def assemble(name: str, target: GPT, tokenizer: VQModel, grid: tuple[int, int], caption: Callable,
              drafter: GPT | None = None, small: GPT | None = None, scales: tuple = (), device="cpu",
-             dtype: torch.dtype | None = None):
+             dtype: torch.dtype | None = None, head_net: Callable | None = None):
     """ModelPair from built models; the GPTs in dtype (bf16 on CUDA by default), the tokenizer
     in float32 (code lookup). Without a drafter the target serves its own grid only."""
     dtype = dtype or default_dtype(device)
@@ -319,7 +334,7 @@ def assemble(name: str, target: GPT, tokenizer: VQModel, grid: tuple[int, int], 
                               for m in (target, drafter, small))
     tokenizer = tokenizer.to(device=device, dtype=torch.float32)
     return ModelPair(name, target, drafter or target, small, tokenizer, grid, caption,
-                     tokenizer.neighbours(NEIGHBOURS).cpu(), scales=scales, device=str(device))
+                     tokenizer.neighbours(NEIGHBOURS).cpu(), scales=scales, device=str(device), head_net=head_net)
 
 
 def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None, device="cpu",
@@ -336,7 +351,8 @@ def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None,
     caption = text_caption(captions or _default_captions(weights_dir, device, hub)) if ck.kind == "t2i" else class_caption
     models = {k: build(k, read_state_dict(p)) for k, p in paths.items()}
     return assemble(name, models[spec.target], models[spec.tokenizer], (ck.grid, ck.grid), caption,
-                    models.get(spec.drafter), models.get(spec.small), spec.scales, device, dtype)
+                    models.get(spec.drafter), models.get(spec.small), spec.scales, device, dtype,
+                    _head_loader(name, weights_dir, device, dtype or default_dtype(device)))
 
 
 def pair_files(name: str) -> list[str]:

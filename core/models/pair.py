@@ -27,6 +27,16 @@ class ModelPair:
     upsampler_net: Callable | None = None   # (name, r) -> a trained up-sampler's network (sr, learned),
     #                                         loaded on first use; raises an error naming the file it needs
 
+    head_net: Callable | None = None        # () -> the EAGLE draft head on the target's features (tree
+    #                                         methods), loaded on first use; raises an error naming its file
+
+    def draft_head(self, method: str = "eagle") -> torch.nn.Module:
+        """The pair's EAGLE draft head; ValueError naming what is missing when it has none."""
+        if self.head_net is None:
+            raise ValueError(f"{method} drafts with an EAGLE draft head on the target's features; the {self.name} "
+                             "model pair has none")
+        return self.head_net()
+
     def upsampler(self, name: str, r: int) -> torch.nn.Module:
         """The pair's trained network for upsampler=name at scale=r; ValueError when it ships none."""
         if self.upsampler_net is None:

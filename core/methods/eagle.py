@@ -1,0 +1,145 @@
+"""eagle: EAGLE-2 (Li et al. 2024) on image tokens, as LANTERN's code runs it for LlamaGen.
+
+Each cycle, from the last committed cell (the root, sampled by the target):
+  1. draft   the EAGLE head (one decoder layer on the target's features, core/models/eagle.py) grows
+             a dynamic tree: tree_depth passes, tree_top_k children per expanded node, the
+             tree_tokens - 1 best nodes by path probability kept (core/trees.py)
+  2. verify  one target forward over the root and every node under the tree mask; down the tree
+             each child x is accepted with p(x) (the drafts are chosen, not sampled: q = 1), a
+             rejected one leaves p, which is renormalised before the next sibling; where no child
+             is accepted the next token is drawn from what is left, at a leaf from p (the bonus)
+  3. commit  the accepted path and that token; the path's K/V adopted into the cache
+The output distribution equals the target's processed p (lossless). `tree_speculate` takes the
+tree growth and the rule, so lantern (relaxed acceptance on this tree), lantern_pp (LANTERN++'s
+static tree and bound) and vvs (verification skipping) share the loop.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..decoding import UNKNOWN, MethodContext, cells_of, timed
+from ..sampling import sample
+from ..trace import Step
+from ..trees import ROOT, HeadDecoder, Rule, Tree, grow_dynamic, grow_static, point_rule, verify, walk
+from . import Result
+
+Grow = Callable[[HeadDecoder, int, np.ndarray, int], Tree]   # (head, root cell, final, depth cap) -> Tree
+CHAIN = tuple((0,) * d for d in range(1, 17))                 # a static tree that is one path
+
+
+def dynamic_growth(ctx: MethodContext) -> Grow:
+    p = ctx.params
+    return lambda hd, root, final, cap: grow_dynamic(hd, root, final, p.tree_tokens, min(p.tree_depth, cap),
+                                                     p.tree_top_k)
+
+
+def tree_record(tree: Tree, probs, verdict: list[int]) -> dict:
+    """The trace's view of a verified tree: per node its parent, depth, token, the head's q, the
+    target's p of the token at its parent (before any sibling was rejected) and the verdict."""
+    p_of = [float(probs[0 if par < 0 else 1 + par][tok]) for par, tok in zip(tree.parent, tree.token)]
+    return dict(parent=list(tree.parent), depth=list(tree.depth), token=list(tree.token),
+                q=[round(x, 6) for x in tree.q], p=[round(x, 6) for x in p_of], verdict=verdict)
+
+
+def start(ctx: MethodContext):
+    """The target's decoder, the head's, and cell 0 drawn from the prefilled target (one pass)."""
+    if ctx.head is None:
+        raise ValueError("the tree methods need a draft head: the pair ships none")
+    H, W = ctx.grid
+    target = ctx.decoder(ctx.target, ctx.grid)
+    hd = HeadDecoder(ctx.head, target)
+    final = np.full(H * W, UNKNOWN, dtype=np.int64)
+    f: dict = {}
+    with timed(f, (target,)):
+        target.prefill(features=True)
+        final[0] = int(sample(target.p0[None], ctx.gen)[0])
+        hd.features[0] = target.p0_feature
+    return target, hd, final, Step("decode", "target", f["nfe"], f["wall_ms"], [[0, 0]], [int(final[0])],
+                                   dict(fed=f["fed"]))
+
+
+def draft_step(hd: HeadDecoder, tree: Tree, root: int, wall_ms: float, nfe: int, fed: int, W: int) -> Step:
+    order = list(range(len(tree)))[::-1]      # the best-ranked nodes of a cell listed last (drawn on top)
+    return Step("draft", "drafter", nfe, wall_ms, cells_of([root + tree.depth[n] for n in order], W),
+                [tree.token[n] for n in order], dict(fed=fed, nodes=len(tree), depth=max(tree.depth, default=0)))
+
+
+def unverified_cycles(ctx: MethodContext, hd: HeadDecoder, final: np.ndarray, root: int, skip: int):
+    """vvs: `skip` cycles whose drafts are committed unverified, a chain of tree_depth tokens each
+    sampled from the head's q, the head reading its own predicted features (stale: no target pass
+    has scored these cells). Returns the last committed cell; the next verify forward writes the
+    cells into the target's cache (fused: more tokens, no extra pass)."""
+    H, W = ctx.grid
+    N = H * W
+    for _ in range(skip):
+        if root >= N - 1:
+            break
+        f: dict = {}
+        with timed(f, (hd,)):
+            depth = min(ctx.params.tree_depth, N - 1 - root)
+            predicted: dict = {}
+            chain = grow_static(hd, root, final, CHAIN[:depth], ctx.gen, depth, predicted)
+            cells = [root + d for d in chain.depth]
+            final[cells] = chain.token
+            hd.features[root + 1] = predicted[ROOT]
+            for i, c in enumerate(cells[1:]):
+                hd.features[c] = predicted[i]
+        yield Step("decode", "drafter", f["nfe"], f["wall_ms"], cells_of(cells, W), list(chain.token),
+                   dict(fed=f["fed"], verified=False))
+        root = cells[-1]
+    return root
+
+
+def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = False, skip: int = 0):
+    H, W = ctx.grid
+    N = H * W
+    target, hd, final, first = start(ctx)
+    yield first
+    root, tried_total, accepted_total, unverified = 0, 0, 0, 0
+    while root < N - 1:
+        f: dict = {}
+        with timed(f, (hd,)):
+            tree = grow(hd, root, final, N - 1 - root)
+        yield draft_step(hd, tree, root, f["wall_ms"], f["nfe"], f["fed"], W)
+        f = {}
+        with timed(f, (target,)):
+            probs, out = verify(target, tree, root, final)
+            w = walk(tree, probs, rule, ctx.gen, sampled)
+            cells = [root + 1 + i for i in range(len(w.path))]
+            toks = [tree.token[n] for n in w.path]
+            if root + 1 + len(w.path) < N:            # the token after the path (none past the last cell)
+                cells.append(root + 1 + len(w.path))
+                toks.append(w.token)
+            final[cells] = toks
+            if w.path:
+                target.adopt(cells[:len(w.path)], toks[:len(w.path)], out["kv"], w.path)
+            hd.features[root + 1] = out["hidden"][:, 0]
+            for i, n in enumerate(w.path[:-1] if root + 1 + len(w.path) >= N else w.path):
+                hd.features[root + 2 + i] = out["hidden"][:, 1 + n]
+        tried_total += len(w.tried)
+        accepted_total += len(w.path)
+        last = cells_of([cells[-1]], W)[0]
+        drawn = len(cells) > len(w.path)
+        yield Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(cells, W), toks, dict(
+            fed=f["fed"], judged=cells_of([root + tree.depth[n] for n, _, _ in w.tried], W),
+            accepted=[ok for _, _, ok in w.tried], prob=[round(a, 6) for _, a, _ in w.tried],
+            resampled=last if drawn and not w.bonus else None, bonus=last if drawn and w.bonus else None,
+            tree=tree_record(tree, probs, w.verdict)))
+        root = cells[-1]
+        if skip:
+            before = root
+            root = yield from unverified_cycles(ctx, hd, final, root, skip)
+            unverified += root - before
+    return Result(tokens=final.reshape(H, W), passed_fraction=accepted_total / max(tried_total, 1),
+                  kept_fraction=(accepted_total + unverified) / N)
+
+
+def run(ctx: MethodContext):
+    return (yield from tree_speculate(ctx, dynamic_growth(ctx), point_rule))
+
+
+def expected_steps(params, grid: tuple[int, int]) -> int:
+    """Two steps per cycle, about two cells per cycle at a typical acceptance on image tokens."""
+    return grid[0] * grid[1]
