@@ -174,6 +174,7 @@ def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> 
                   level_ms=[sum(s["wall_ms"] for s in tr.steps if s.get("level", 0) == lv)
                             for lv in range(len(tr.totals["level_nfe"]))],
                   target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target"),
+                  model_ms={m: sum(s["wall_ms"] for s in tr.steps if s["model"] == m) for m in ("target", "drafter")},
                   adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens,
                   **_yardstick_inputs(image, tr.tokens, c, pair))
     if c.method == "ar" and label != REFERENCE:
@@ -225,6 +226,8 @@ def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], 
             phase_ms={p: float(np.mean([r["phase_ms"][p] for r in rs])) for p in PHASES},
             level_nfe=np.mean([r["level_nfe"] for r in rs], axis=0).tolist(),   # passes per level (0 target)
             level_ms=np.mean([r["level_ms"] for r in rs], axis=0).tolist(),     # timed ms per level
+            pass_ms=_pass_ms(rs),
+
             **quality, impossible=mean("impossible"), inside=yardsticks.inside(quality, floors))
     blurred = figures(_set_of([dict(r["blur"], adherence=None, features=None) for r in ar], None))
     workers = sorted({r["worker"] for rs in by_spec.values() for r in rs})
@@ -234,6 +237,18 @@ def merge(configs: list[tuple[str, RunConfig]], by_spec: dict[str, list[dict]], 
                 floors=dict(floors, reference_seed=REFERENCE_SEED, spreads=yardsticks.FLOOR_SPREADS,
                             reference=figures(sets[REFERENCE])),
                 controls=dict(blur=dict(blurred, sigma_px=yardsticks.BLUR_SIGMA, inside=yardsticks.inside(blurred, floors))))
+
+
+def _pass_ms(rs: list[dict]) -> dict | None:
+    """Timed ms per pass of the target and of the drafter (None where it made none), and the
+    drafter's cost per pass as a share of the target's: what a drafter pass is worth in the headline,
+    which counts every pass alike. None for records made before the bench timed each model."""
+    if not all("model_ms" in r for r in rs):
+        return None
+    per = {m: (sum(r["model_ms"][m] for r in rs) / n if (n := sum(r[f"{m}_nfe"] for r in rs)) else None)
+           for m in ("target", "drafter")}
+    per["drafter_share"] = per["drafter"] / per["target"] if per["drafter"] and per["target"] else None
+    return per
 
 
 def _set_of(rs: list[dict], data_feats) -> dict:
@@ -415,10 +430,11 @@ def _show(v) -> str:
 def table(result: dict) -> str:
     """Headline first: sequential passes (target + drafter) and wall-clock, each as a ratio to ar; then
     quality: adherence, FD to the data, detail FD to ar's samples, sharpness ÷ ar, log-lik gap, and
-    whether the spec is inside every bound (yes / no / - when the run is too small to have bounds)."""
+    whether the spec is inside every bound (yes / no / - when the run is too small to have bounds);
+    d/t ms: a drafter pass's timed cost as a share of a target pass's."""
     head = (f"{'method':<34}{'passes':>7}{'pass x':>7}{'wall s':>8}{'wall x':>7}{'tgt NFE':>8}{'drf NFE':>8}"
             f"{'tgt x':>7}{'fed/p':>7}{'passed':>7}{'kept':>6}{'adher.':>7}{'FD':>7}{'FD ar':>7}{'sharp':>6}"
-            f"{'ll gap':>7}{'inside':>7}  per-phase ms "
+            f"{'ll gap':>7}{'inside':>7}{'d/t ms':>7}  per-phase ms "
             f"({'/'.join(p[:6] for p in PHASES)})  passes per level (0 target/1 drafter/2 ...)")
     lines = [head, "-" * len(head)]
     num = lambda x, digits: "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"  # noqa: E731
@@ -430,7 +446,8 @@ def table(result: dict) -> str:
                      f"{s['wall_speedup']:>7.2f}{s['target_nfe']:>8.0f}{s['drafter_nfe']:>8.0f}"
                      f"{s['target_nfe_speedup']:>7.2f}{s['fed_per_pass']:>7.1f}{frac(s['passed']):>7}{frac(s['kept']):>6}"
                      f"{num(s['adherence'], 3):>7}{num(s['frechet'], 2):>7}{num(s['fd_ar'], 2):>7}"
-                     f"{num(s['sharpness'], 2):>6}{num(s['loglik_gap'], 3):>7}{verdict(s):>7}  {ph}  "
+                     f"{num(s['sharpness'], 2):>6}{num(s['loglik_gap'], 3):>7}{verdict(s):>7}"
+                     f"{num((s.get('pass_ms') or {}).get('drafter_share'), 2):>7}  {ph}  "
                      + "/".join(f"{n:.0f}" for n in s.get("level_nfe", [])))
     lines += ["", floors_text(result)]
     return "\n".join(lines)

@@ -10,7 +10,7 @@ timings and NFE, not the acceptance.
 Then, with --compile, the single-token step through torch.compile (inductor) and with CUDA graphs
 ("reduce-overhead"), and the ar and mulo wall-clock with each.
 
-    python scripts/gpu_bench.py [--specs ar zipar:window=16 mulo mulo:tau=0 sjd] [--seeds 1] [--dtype bf16] [--compile]
+    python scripts/gpu_bench.py [--specs ar zipar:window=16 mulo mulo:tau=0 sjd eagle lantern] [--seeds 1] [--dtype bf16] [--compile]
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def random_model(make, device):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--specs", nargs="+", default=["ar", "zipar:window=16", "mulo", "mulo:tau=0", "sjd"])
+    ap.add_argument("--specs", nargs="+", default=["ar", "zipar:window=16", "mulo", "mulo:tau=0", "sjd", "eagle", "lantern"])
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     ap.add_argument("--compile", action="store_true", help="also time the compiled single-token step")
@@ -78,11 +78,15 @@ def main() -> None:
     drafter = random_model(lambda: GPT(lg.gpt_config("XL", "t2i")), dev)
     tok = random_model(lambda: VQModel(lg.VQ16), dev)
     caption = lg.text_caption(lambda prompt: lg.left_pad(torch.randn(12, lg.T5_DIM)))
-    needs_small = any(s.split(":")[0] in ("sd", "lantern") for s in args.specs)
+    needs_small = any(s.split(":")[0] in ("sd", "cool") for s in args.specs)
+    from core.models.eagle import DraftHead
+    head = random_model(lambda: DraftHead.for_target(target), dev)   # LANTERN's LlamaGen-XL drafter shape
     pair = lg.assemble("llamagen-xl-random", target, tok, (32, 32), caption, drafter=drafter,
-                       small=drafter if needs_small else None, scales=(2,), device=dev, dtype=dtype)
+                       small=drafter if needs_small else None, scales=(2,), device=dev, dtype=dtype,
+                       head_net=lambda: head)
     print(f"{torch.cuda.get_device_name()}  {args.dtype}  target/drafter GPT-XL {sum(p.numel() for p in target.parameters()) / 1e6:.0f}M"
-          + ("  (sd/lantern use the 16x16 drafter's weights at 32x32: same capacity)" if needs_small else ""))
+          + ("  (sd/cool use the 16x16 drafter's weights at 32x32: same capacity)" if needs_small else "")
+          + "  (tree methods: a random one-layer EAGLE head)")
 
     # 1. methods, side by side (ar first: the reference)
     base = RunConfig(prompt="a random caption", sampling=lg.SAMPLING["t2i"], model=pair.name)

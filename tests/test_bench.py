@@ -31,6 +31,16 @@ def test_bench_reports_speed_beside_quality_against_ar():
     assert "pass x" in bench.table(result) and "wall x" in bench.table(result)
 
 
+def test_the_bench_prices_a_drafter_pass_against_a_target_pass():
+    """pass_ms: each model's timed ms over its passes, from the steps of the traces (the definition),
+    and the drafter's share; None for a spec whose drafter made no pass."""
+    result = bench.run(["eagle"], n_prompts=1, seed=0)
+    s = result["summary"]["eagle"]["pass_ms"]
+    assert s["target"] > 0 and s["drafter"] > 0 and s["drafter_share"] == pytest.approx(s["drafter"] / s["target"])
+    assert result["summary"]["ar"]["pass_ms"]["drafter"] is None and result["summary"]["ar"]["pass_ms"]["target"] > 0
+    assert result["summary"]["eagle"]["drafter_nfe"] > 0   # the head's passes: drafter passes, apart from the target's
+
+
 def test_a_method_spec_sets_cfg_interval_as_an_integer():
     _, cfg = bench.parse_spec("ar:cfg_interval=10", RunConfig())
     assert cfg.sampling.cfg_interval == 10 and isinstance(cfg.sampling.cfg_interval, int)
