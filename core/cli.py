@@ -143,7 +143,10 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern, lantern_pp)")
     p.add_argument("--lantern-lambda", type=float, default=m.lantern_lambda,
                    help="bound p~(x) <= lambda p(x) (lantern_pp; 1 = lossless)")
-    p.add_argument("--vvs-skip", type=int, default=m.vvs_skip, help="unverified cycles after each verified one (vvs)")
+    p.add_argument("--vvs-skip", type=int, default=m.vvs_skip, help="unverified cycles after a verified one (vvs)")
+    p.add_argument("--vvs-schedule", default=m.vvs_schedule,
+                   help="uniform (after every verified cycle) | dynamic (after one whose accepted path reached "
+                        "half the tree's depth) (vvs)")
     p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd, scd, gsd; pjd per row)")
     p.add_argument("--sjd-init", default=m.sjd_init, help="fresh guesses: random | repeat | above (sjd, scd, gsd, pjd)")
     p.add_argument("--gsd-group", type=int, default=m.gsd_group, help="rank-window size G of a cluster (gsd)")

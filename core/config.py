@@ -27,6 +27,7 @@ REJECTION_MODES = ("local", "raster")
 CONTEXT_MODES = ("exact", "verify")
 SJD_INITS = ("random", "repeat", "above")
 COOL_NORMS = ("mean", "first")
+VVS_SCHEDULES = ("uniform", "dynamic")
 
 
 class ParameterError(ValueError):
@@ -64,7 +65,8 @@ class MethodParams:
     delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
     lantern_k: int = 1000       # lantern, lantern_pp: nearest neighbours considered (capped by V - 1)
     lantern_lambda: float = 2.0  # lantern_pp: the relaxed p~(x) stays <= lambda p(x) (1 = lossless)
-    vvs_skip: int = 1           # vvs: unverified cycles after each verified one (0 = eagle)
+    vvs_skip: int = 1           # vvs: unverified cycles after a verified one (0 = eagle)
+    vvs_schedule: str = "uniform"  # vvs: skip after every verified cycle (uniform) or after a good one (dynamic)
     sjd_window: int = 16        # sjd, scd, gsd: Jacobi window L; pjd: the window of each active row
     sjd_init: str = "random"    # sjd, scd, gsd, pjd: fresh guesses random | repeat (token to the left) | above
     gsd_group: int = 14         # gsd: rank-window size G of the draft token's cluster (1 = sjd)
@@ -177,7 +179,7 @@ def _check_types(run: RunConfig) -> None:
     for name, v in (("method", run.method), ("prompt", run.prompt), ("model", run.model),
                     ("upsampler", p.upsampler), ("resample", p.resample), ("rejection", p.rejection),
                     ("sjd_init", p.sjd_init), ("context", p.context),
-                    ("redraft", p.redraft), ("draft_method", p.draft_method)):
+                    ("redraft", p.redraft), ("draft_method", p.draft_method), ("vvs_schedule", p.vvs_schedule)):
         _check(isinstance(v, str), name, "text", v)
     for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
                     ("window", p.window), ("draft_window", p.draft_window), ("draft_rows", p.draft_rows),
@@ -231,6 +233,7 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
            f"in [1, {min(vocab_size, TREE_TOKENS_MAX)}]", p.tree_top_k)
     _check(0.0 <= p.delta <= 1.0, "delta", "in [0, 1]", p.delta)
     _check(0 <= p.vvs_skip <= 16, "vvs_skip", "in [0, 16] (0 = every cycle verified)", p.vvs_skip)
+    _check(p.vvs_schedule in VVS_SCHEDULES, "vvs_schedule", f"one of {', '.join(VVS_SCHEDULES)}", p.vvs_schedule)
     _check(1.0 <= p.lantern_lambda <= 100.0, "lantern_lambda", "in [1, 100] (1 = lossless)", p.lantern_lambda)
     _check(0 <= p.lantern_k <= 2 ** 31, "lantern_k", ">= 0 (capped at the codebook size)", p.lantern_k)
     _check(1 <= p.sjd_window <= SJD_WINDOW_MAX, "sjd_window", f"in [1, {SJD_WINDOW_MAX}]", p.sjd_window)

@@ -276,3 +276,23 @@ def test_a_lantern_format_drafter_folder_loads_and_a_missing_one_is_named(tmp_pa
     torch.save({k: v for k, v in ref.state_dict().items() if k != "fc.bias"}, folder / "pytorch_model.bin")
     with pytest.raises(ValueError, match="missing fc.bias"):
         load_lantern(folder)
+
+
+def test_vvs_commits_unverified_chains_on_its_schedule_and_without_skips_is_eagle():
+    """On the shipped pair, whose head is right often enough for the dynamic schedule to skip."""
+    run = lambda m, **kw: engine.run(RunConfig(method=m, prompt=PROMPT, seed=7).with_params(**kw))  # noqa: E731
+    eagle, none = run("eagle"), run("vvs", vvs_skip=0)
+    assert none.tokens == eagle.tokens
+    uniform, dynamic = run("vvs", vvs_skip=2), run("vvs", vvs_skip=2, vvs_schedule="dynamic")
+    skipped = lambda t: [s for s in t.steps if s["phase"] == "decode" and s.get("verified") is False]  # noqa: E731
+    verifies = [s for s in uniform.steps if s["phase"] == "verify"]
+    assert len(skipped(uniform)) >= 2 * len(verifies) - 2       # two unverified cycles after each verified one
+    depth = RunConfig().params.tree_depth
+    steps = dynamic.steps
+    for n, st in enumerate(steps[:-1]):     # dynamic: a skip follows exactly the verifies that accepted >= depth / 2
+        if st["phase"] == "verify":
+            assert (steps[n + 1]["phase"] == "decode") == (2 * sum(st["accepted"]) >= depth)
+    assert 0 < len(skipped(dynamic)) < len(skipped(uniform))
+    assert uniform.totals["target_nfe"] < eagle.totals["target_nfe"] / 2
+    assert all(s["model"] == "drafter" and len(s["cells"]) == RunConfig().params.tree_depth
+               for s in skipped(uniform)[:-2])

@@ -92,7 +92,8 @@ def unverified_cycles(ctx: MethodContext, hd: HeadDecoder, final: np.ndarray, ro
     return root
 
 
-def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = False, skip: int = 0):
+def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = False, skip: int = 0,
+                   schedule: str = "uniform"):
     H, W = ctx.grid
     N = H * W
     target, hd, final, first = start(ctx)
@@ -128,7 +129,9 @@ def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = F
             resampled=last if drawn and not w.bonus else None, bonus=last if drawn and w.bonus else None,
             tree=tree_record(tree, probs, w.verdict)))
         root = cells[-1]
-        if skip:
+        # vvs: skip after every verified cycle (uniform), or after one whose accepted path reached at
+        # least half the tree's depth (dynamic: the head is on track here)
+        if skip and (schedule == "uniform" or 2 * len(w.path) >= ctx.params.tree_depth):
             before = root
             root = yield from unverified_cycles(ctx, hd, final, root, skip)
             unverified += root - before

@@ -1,6 +1,8 @@
 """vvs: verification skipping (VVS, arXiv 2511.13587, CVPR 2026) on eagle's dynamic tree.
 
 After each verified cycle (eagle's: tree, one target forward, lossless walk) come vvs_skip cycles
+(vvs_schedule=uniform; dynamic: only after a verified cycle whose accepted path reached half the
+tree's depth, where the head has been right)
 that the target never checks: the head drafts a chain of tree_depth tokens, each sampled from its
 processed q, reading its own predicted features where the target's would be (the stale features
 VVS reuses), and the chain is committed as it is. The next verify forward writes those cells into
@@ -15,7 +17,9 @@ from .eagle import dynamic_growth, tree_speculate
 
 
 def run(ctx: MethodContext):
-    return (yield from tree_speculate(ctx, dynamic_growth(ctx), point_rule, skip=ctx.params.vvs_skip))
+    p = ctx.params
+    return (yield from tree_speculate(ctx, dynamic_growth(ctx), point_rule, skip=p.vvs_skip,
+                                      schedule=p.vvs_schedule))
 
 
 def expected_steps(params, grid: tuple[int, int]) -> int:
