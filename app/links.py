@@ -74,6 +74,19 @@ PRESETS: dict[str, tuple[str, dict]] = {
                        "row above has `window` tokens.", dict(method="zipar", window=8)),
     "AR baseline": ("One token per target pass, in raster order: the reference for speed and quality.",
                     dict(method="ar")),
+    "EAGLE-2 tree": ("method = eagle at its defaults: each cycle a draft head reading the target's own features "
+                     f"grows a tree of {DEFAULTS['tree_tokens'] - 1} drafted tokens over {DEFAULTS['tree_depth']} "
+                     "levels, and "
+                     "the target checks the whole tree in one pass, losslessly. Under the heatmap, the tree view "
+                     "opens on the cycle with the longest accepted path: follow the green path down from the root "
+                     "and see which siblings the target rejected before accepting one. Its right half shows how "
+                     "many drafts each cycle kept, cell by cell.", dict(method="eagle")),
+    "LANTERN relaxation": ("method = lantern with δ = 0.4 on EAGLE-2's tree: the target moves up to 0.4 of its "
+                           "probability mass from a draft token's nearest codebook neighbours onto it before "
+                           "testing, so latent-space look-alikes pass where eagle would reject them. Compare the "
+                           "tree view's green paths and the accepted-length map with the EAGLE-2 tree preset, and "
+                           "the headline's sharpness and log-lik gap: the relaxation is not lossless.",
+                           dict(method="lantern", delta=0.4)),
     "scd: drafts settle": ("Jacobi decoding whose unaccepted guesses are redrawn from a coupling with the old "
                            "ones: a guess the new context does not contradict stays, so later passes accept "
                            "longer runs. Lossless; compare its passes with sjd at the same window L = 32.",

@@ -59,7 +59,7 @@ def short(v) -> str:
 
 # the symbols the page shows beside the field names the engine's messages use
 SYMBOLS = dict(tau="τ", scale="r", radius="l", window="w", gamma="γ", delta="δ", sjd_window="L", gsd_group="G",
-               pjd_c="c", cool_delta="δ", cool_nu="ν")
+               pjd_c="c", cool_delta="δ", cool_nu="ν", lantern_lambda="λ")
 
 
 def with_symbol(message: str) -> str:

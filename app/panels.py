@@ -1,7 +1,8 @@
 """The views of a stored run, in VIEWS order: the image row, heatmap, islands, timeline, the headline
-(sequential passes and wall clock over ar, what the speed was bought with) and the scrubber's
-canvas; each panel a method cannot fill says why in words, and each method's explanations. Also the
-events that only read the stored run: the grid toggle, the scrubber, a click on a cell.
+(sequential passes and wall clock over ar, what the speed was bought with), the scrubber's canvas
+and a tree method's tree view (app.trees_view); each panel a method cannot fill says why in words,
+and each method's explanations. Also the events that only read the stored run: the grid toggle, the
+scrubber, a click on a cell, the tree view's cycle chooser and its column's visibility.
 
 Knows only a stored Trace and its baseline: no model runs here (the tokenizer decodes), and the
 quality numbers are read from the state (app.quality measured them).
@@ -16,15 +17,18 @@ import gradio as gr
 from core import engine
 from core.trace import Trace
 
-from . import plots, render
+from . import plots, render, trees_view
 from . import quality as per_image
 from .inputs import whole_number
 from .level_rows import CASCADE_ROWS, LEVEL_VIEWS, level_views
 from .messages import short, user_error
 
+# a tree method's views: the cycle chooser, the chosen cycle's tree and the accepted length per cell (their
+# column is shown by tree_column after each change of the stored run: an API client receives no layout)
+TREE_VIEWS = ("tree_cycle", "tree", "tree_lengths")
 # the outputs every view refresh returns, in this order (ui.py maps them onto components)
 VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "islands_key", "timeline", "stats",
-         "scrubber", "canvas", "step") + tuple(f"level{n}{v}" for n in CASCADE_ROWS for v in LEVEL_VIEWS)
+         "scrubber", "canvas", "step") + TREE_VIEWS + tuple(f"level{n}{v}" for n in CASCADE_ROWS for v in LEVEL_VIEWS)
 
 # why a panel is empty, by method (mulo fills every panel)
 NO_DRAFT = {
@@ -33,8 +37,17 @@ NO_DRAFT = {
              "behind the row above.",
     "sd": "sd's drafter works at the target's own resolution, γ tokens per cycle, so there is no "
           "low-resolution draft; the heatmap shows each draft's test.",
-    "lantern": "lantern's drafter works at the target's own resolution, γ tokens per cycle, so there is "
-               "no low-resolution draft; the heatmap shows each draft's relaxed test.",
+    "cool": "cool's drafter works at the target's own resolution, γ tokens per cycle, so there is no "
+            "low-resolution draft; the heatmap shows each draft's annealed test.",
+    "eagle": "eagle drafts with a head on the target's own features, a tree of candidates per cycle at the "
+             "target's resolution, so there is no low-resolution draft; the tree view below shows each cycle's tree.",
+    "lantern": "lantern drafts EAGLE-2's tree from a head on the target's own features, at the target's "
+               "resolution, so there is no low-resolution draft; the heatmap shows each draft's relaxed test, "
+               "the tree view below each cycle's tree.",
+    "lantern_pp": "lantern_pp drafts a static tree from a head on the target's own features, at the target's "
+                  "resolution, so there is no low-resolution draft; the tree view below shows each cycle's tree.",
+    "vvs": "vvs drafts eagle's tree from a head on the target's own features, at the target's resolution, so "
+           "there is no low-resolution draft; the tree view below shows each verified cycle's tree.",
     "sjd": "sjd has no drafter: the target guesses a window of L tokens and refines them by Jacobi "
            "iteration; the heatmap shows each position's test.",
 }
@@ -72,6 +85,25 @@ for _m, _rule in (("sd", "min(1, p/q)"), ("lantern", "min(1, p̃/q), with p̃ th
         "**passed** and was kept; red with a cross: it failed and the target **resampled** that token from the "
         "residual; blank: never tested (drawn from p directly).",
         "The final image with a red dot on every token whose draft failed its test and was resampled.")
+_TREE_RULES = (("eagle", "p(x) with q = 1 (the head's drafts are chosen, not sampled); a rejected sibling "
+                         "leaves p, renormalised, before the next is tried"),
+               ("lantern", "p̃(x) with q = 1, p̃ the target's p with the mass of the draft token's codebook "
+                           "neighbours (up to δ) moved onto it"),
+               ("lantern_pp", "min(1, p̃/q), drafts sampled from the head's q, p̃ relaxed over neighbours but "
+                              "never above λ·p"),
+               ("vvs", "p(x) with q = 1, as eagle; after each verified cycle vvs_skip cycles are committed "
+                       "unverified (drawn from the head's q)"))
+for _m, _rule in _TREE_RULES:
+    METHOD_EXPLAIN[_m] = (
+        f"**Left to right:** {_m} drafts a tree of candidate tokens at the full resolution, so there is no "
+        "low-resolution draft or proposal (the panels say why); " + _IMAGES_TAIL + " Click a cell of the "
+        "heatmap to inspect it; the tree view under it shows one cycle's whole tree.",
+        f"Each tested position's last test in its cycle: siblings at one cell are tried in order, each "
+        f"accepted with probability {_rule}; a random draw decides. Green: a draft **passed** and was kept; red "
+        "with a cross: every sibling failed and the target **resampled** that token from the residual; blank: "
+        "never tested (a bonus token drawn from p" + (", or committed unverified" if _m == "vvs" else "") + ").",
+        "The final image with a red dot on every token where every drafted sibling failed its test and the "
+        "token was resampled.")
 
 
 def explain_method(method: str) -> tuple[str, str, str]:
@@ -181,7 +213,38 @@ def views(state: dict | None, show_grid: bool = False) -> tuple:
             gr.Slider(minimum=0, maximum=n, value=n, step=1),
             render.canvas_image(render.replay(trace, n), tok, show_grid),
             render.step_caption(trace, n),
+            *tree_views(trace),
             *(v for level in CASCADE_ROWS for v in level_views(trace, level, tok, show_grid)))
+
+
+def tree_views(trace) -> tuple:
+    """The tree view's outputs (TREE_VIEWS order): the cycle of the longest accepted path first for a run
+    that verified draft trees, empty otherwise (tree_column hides them)."""
+    if not trees_view.has_trees(trace):
+        return gr.Slider(minimum=1, maximum=2, value=1, step=1), None, None
+    best = trees_view.best_cycle(trace)
+    # a slider's maximum must exceed its minimum: a one-cycle run offers 1 to 2 (tree_at clamps)
+    return (gr.Slider(minimum=1, maximum=max(len(trees_view.cycles(trace)), 2), value=best, step=1),
+            trees_view.tree_figure(trace, best), trees_view.lengths_figure(trace))
+
+
+def tree_column(state) -> gr.Column:
+    """The tree view's column: shown when the stored run verified draft trees (eagle, lantern,
+    lantern_pp, vvs), hidden otherwise."""
+    return gr.Column(visible=bool(state) and trees_view.has_trees(state["trace"]))
+
+
+def tree_at(state, n):
+    """The tree figure of cycle n (1-based) of the stored run."""
+    if not state:
+        return plots.message("Generate an image with a tree method (eagle, lantern, lantern_pp, vvs) first.")
+    trace = state["trace"]
+    total = len(trees_view.cycles(trace))
+    try:
+        n = whole_number(trees_view.best_cycle(trace) if n is None else n)
+    except (TypeError, ValueError, OverflowError):
+        raise user_error(f"cycle must be a whole number from 1 to {max(total, 1)}; got {short(n)}") from None
+    return trees_view.tree_figure(trace, min(max(n, 1), max(total, 1)))
 
 
 def regrid(state: dict | None, show_grid: bool) -> tuple:

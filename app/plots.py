@@ -8,7 +8,7 @@ from plotly.subplots import make_subplots
 
 from core.trace import PHASES
 
-from . import theme
+from . import render, theme
 from .quality import GAP, SHARPNESS
 from .render import Tests, Verdict
 
@@ -32,8 +32,8 @@ def _log(x):
 def heatmap(trace, v: Verdict | None, t: Tests | None = None) -> go.Figure:
     """mulo: pooled probability per target cell (log scale), red below τ and green at or above it,
     the τ contour drawn (none at τ = 0, where every cell passes); hover gives position, proposal
-    token, pooled mass, passed τ or not, kept or resampled and the island. sd / lantern / sjd: the
-    probability of acceptance of each tested position and whether its draft passed."""
+    token, pooled mass, passed τ or not, kept or resampled and the island. sd, cool, sjd and the tree
+    methods: the probability of acceptance of each tested position and whether its draft passed."""
     if v is None and t is not None:
         return _test_heatmap(trace, t)
     if v is None:
@@ -83,6 +83,9 @@ def _test_heatmap(trace, t: Tests) -> go.Figure:
     H, W = t.prob.shape
     word = np.where(np.isnan(t.prob), "never tested (drawn from p)", np.where(t.passed, "passed: draft kept",
                                                                                  "failed: resampled"))
+    skipped = render.unverified(trace) if trace.method == "vvs" else None
+    if skipped is not None:   # cells committed by a cycle the target never checked
+        word = np.where(skipped, "committed unverified (drawn from the head's q)", word)
     custom = np.stack([np.round(t.prob, 4).astype(object), word.astype(object)], axis=-1)
     fig = go.Figure(go.Heatmap(
         z=t.prob, zmin=0.0, zmax=1.0, customdata=custom, name="P(accept)",

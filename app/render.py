@@ -155,8 +155,23 @@ class Tests:
     label: str              # the rule, in words
 
 
-RULES = {"sd": "min(1, p/q)", "lantern": "min(1, p̃/q), p̃ relaxed over neighbours",
+_EAGLE_RULE = "p(x), q = 1 (chosen drafts); a rejected sibling leaves p"
+RULES = {"sd": "min(1, p/q)", "eagle": _EAGLE_RULE,
+         "lantern": "p̃(x) with q = 1, p̃ relaxed over neighbours within δ",
+         "lantern_pp": "min(1, p̃/q), p̃ ≤ λ·p", "vvs": f"{_EAGLE_RULE}; vvs_skip cycles committed unverified",
          "sjd": "min(1, p/p_prev) of the Jacobi iterate"}
+
+
+def unverified(trace) -> np.ndarray | None:
+    """(H, W) bool: the cells committed by steps the target never checked (vvs: verified = False), or
+    None when the run has none."""
+    H, W = trace.grid["target"]
+    out = np.zeros((H, W), bool)
+    for s in trace.steps:
+        if s.get("verified") is False and not s.get("level", 0) and s["cells"]:
+            cells = np.asarray(s["cells"], dtype=np.int64).reshape(-1, 2)
+            out[cells[:, 0], cells[:, 1]] = True
+    return out if out.any() else None
 
 
 def tests(trace) -> Tests | None:
@@ -381,7 +396,11 @@ def cell_details(trace, v: Verdict | None, i: int, j: int) -> str:
         else:
             lines.append("- **kept** as proposed")
     t = tests(trace)
-    if t is not None:
+    skipped = unverified(trace)
+    if skipped is not None and skipped[i, j]:
+        lines.append("- **committed unverified**: drafted by the head from its own q in a skipped cycle (vvs); "
+                     "the target never tested it")
+    elif t is not None:
         if np.isnan(t.prob[i, j]):
             lines.append("- never tested: drawn from p directly (a bonus token, or the cell after a rejection)")
         else:

@@ -10,7 +10,7 @@ from starlette.middleware import Middleware
 
 from core import engine
 from core.config import (CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS, REJECTION_MODES, RESAMPLE_MODES,
-                         SJD_INITS, UPSAMPLERS)
+                         SJD_INITS, UPSAMPLERS, VVS_SCHEDULES)
 from core.methods import registry
 from core.trace import MAX_BYTES
 
@@ -66,6 +66,15 @@ EXPLAIN = {
     "images": panels.METHOD_EXPLAIN["mulo"][0],
     "heatmap": panels.METHOD_EXPLAIN["mulo"][1],
     "islands": panels.METHOD_EXPLAIN["mulo"][2],
+    "trees": "**The draft tree of one cycle** (eagle, lantern, lantern_pp, vvs). From the root, the last "
+             "committed cell (grey square, depth 0), the draft head proposed a tree of tokens for the next cells: "
+             "a node at depth d is a candidate for the cell d after the root, siblings are alternatives for one "
+             "cell, top to bottom in the order the target tried them. The target scored every node in one pass; "
+             "down from the root each child was **accepted** (green) or **rejected** (red) in turn, and the nodes "
+             "under a rejected or untried branch were **not tried** (grey). The star is the token drawn after "
+             "the accepted path: resampled from the residual (orange) or a bonus from p at a leaf (yellow). The "
+             "cycle shown first has the longest accepted path; choose another with the slider. **Right:** each "
+             "cycle's accepted length painted on the cells it committed.",
     "timing": "Each bar is a phase of the run on a wall-clock axis; the ar baseline runs below for scale. "
               "NFE counts sequential model passes, the number that decides speed on a GPU; wall clock on "
               "this CPU also pays for the drafter and the up-sampler.",
@@ -152,12 +161,25 @@ def _more_knobs(vocab_size: int) -> dict:
                                        info=f"name[/knob=value/...], name one of {', '.join(DRAFT_METHODS)}: "
                                             "e.g. zipar/window=2, pjd/pjd_c=1, or mulo/scale=2 (a cascade: "
                                             "8×8 drafts 16×16, verified there, then 32×32)")
-    with gr.Accordion("SD, LANTERN and SJD knobs", open=False):
-        k["gamma"] = _slider("gamma", "γ: tokens drafted per cycle (sd, lantern)")
-        k["delta"] = _slider("delta", "δ: probability mass moved (lantern)")
+    with gr.Accordion("SD, tree (EAGLE-2, LANTERN, LANTERN++, VVS) and SJD knobs", open=False):
+        k["gamma"] = _slider("gamma", "γ: tokens drafted per cycle (sd, cool)")
+        k["tree_tokens"] = _slider("tree_tokens", "Tree nodes verified per cycle, the root included "
+                                                  "(eagle, lantern, vvs)")
+        k["tree_depth"] = _slider("tree_depth", "Tree depth: draft-head passes per cycle (eagle, lantern, vvs)",
+                                  "vvs: also the tokens of each unverified cycle")
+        k["tree_top_k"] = _slider("tree_top_k", "Children per expanded node, nodes expanded per level "
+                                                "(eagle, lantern, vvs)")
+        k["delta"] = _slider("delta", "δ: total-variation budget moved onto the draft token (lantern)")
         k["lantern_k"] = gr.Slider(0, max(d["lantern_k"], vocab_size - 1), d["lantern_k"], step=1,
-                                   label="Neighbours considered (lantern)", info="capped at the codebook size",
-                                   elem_id="lantern_k", elem_classes=["knob"])
+                                   label="Neighbours considered (lantern, lantern_pp)",
+                                   info="capped at the codebook size", elem_id="lantern_k", elem_classes=["knob"])
+        k["lantern_lambda"] = _slider("lantern_lambda",
+                                      "λ: the relaxed p̃ stays ≤ λ·p (lantern_pp; 1 = lossless)",
+                                      "lantern_pp drafts a static tree: the three tree knobs above do not apply")
+        k["vvs_skip"] = _slider("vvs_skip", "Unverified cycles after a verified one (vvs; 0 = eagle)")
+        k["vvs_schedule"] = gr.Radio(list(VVS_SCHEDULES), value=d["vvs_schedule"], label="Skip schedule (vvs)",
+                                     info="uniform: after every verified cycle; dynamic: only after one whose "
+                                          "accepted path reached half the tree's depth")
         k["sjd_window"] = _slider("sjd_window", "Jacobi window L (sjd, scd, gsd; pjd per row)")
         k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd, scd, gsd, pjd)")
     with gr.Accordion("scd, gsd, pjd and cool knobs", open=False):
@@ -303,6 +325,16 @@ def build_demo() -> gr.Blocks:
                                     islands_key = gr.HTML(elem_id="islands-key")
                                     cell = gr.Markdown("Click a cell of the proposal or of the heatmap to see its "
                                                        "numbers.", elem_id="cell")
+                            with gr.Column(visible=False, elem_id="tree-view") as tree_view:
+                                _explain("trees")
+                                with gr.Row():
+                                    with gr.Column(scale=3):
+                                        tree_cycle = gr.Slider(1, 2, 1, step=1, elem_id="tree-cycle",
+                                                               label="Cycle (verify step) whose tree is shown")
+                                        tree = gr.Plot(label="Draft tree", show_label=False, elem_id="tree")
+                                    with gr.Column(scale=2):
+                                        tree_lengths = gr.Plot(label="Accepted length per cycle", show_label=False,
+                                                               elem_id="tree-lengths")
                             level_rows, level_columns = {}, []
                             for n in CASCADE_ROWS:   # a cascade's deeper levels, shown only when a run has them
                                 column, row = _level_row(n)
@@ -349,7 +381,8 @@ def build_demo() -> gr.Blocks:
 
         view_outputs = dict(draft=draft, proposal=proposal, final=final, baseline=baseline, heatmap=heatmap,
                             islands=islands, islands_key=islands_key, timeline=timeline, stats=stats,
-                            scrubber=scrubber, canvas=canvas, step=step, **level_rows)
+                            scrubber=scrubber, canvas=canvas, step=step, tree_cycle=tree_cycle, tree=tree,
+                            tree_lengths=tree_lengths, **level_rows)
         views = [view_outputs[v] for v in panels.VIEWS]
         run_outputs = [state, status, trace_file, live, results, *level_columns, *views]
         model_events = dict(concurrency_id="model", concurrency_limit=1)
@@ -369,12 +402,16 @@ def build_demo() -> gr.Blocks:
         stop_btn.click(control.stop, None, status, api_visibility="private", queue=False)
         baseline_btn.click(generation.add_baseline, [state, show_grid], [state, status, *views], api_name="baseline",
                            show_progress_on=[status], **model_events)
-        replay_btn.click(replays.replay, [upload, show_grid], [state, status, trace_file, *level_columns, *views],
-                         api_name="replay", show_progress_on=[status], concurrency_id="replay",
-                         concurrency_limit=REPLAYS_AT_ONCE)
+        rep = replay_btn.click(replays.replay, [upload, show_grid],
+                               [state, status, trace_file, *level_columns, *views], api_name="replay",
+                               show_progress_on=[status], concurrency_id="replay", concurrency_limit=REPLAYS_AT_ONCE)
+        for changed in (gen, rep):   # the tree view shows for a run that verified draft trees only
+            changed.then(panels.tree_column, state, tree_view, api_visibility="private", show_progress="hidden")
         show_grid.change(panels.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(panels.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
                        show_progress="hidden", trigger_mode="always_last", preprocess=False)
+        tree_cycle.input(panels.tree_at, [state, tree_cycle], tree, api_name="tree_cycle", show_progress="hidden",
+                         trigger_mode="always_last", preprocess=False)
         proposal.select(panels.inspect_cell, state, cell, api_visibility="private")
         summary_file.upload(comparison.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
         heatmap_click.change(panels.inspect_heatmap, [state, heatmap_click], cell, api_visibility="private",

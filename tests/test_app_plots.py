@@ -228,7 +228,11 @@ def test_message_is_an_empty_figure_with_the_text():
 # ------------------------------------------------------------------------ test heatmap (sd, lantern, sjd)
 
 @pytest.fixture(scope="module", params=["sd", "lantern"])
-def tested_trace(request, tiny_pair):
+def tested_trace(request, tiny_pair, tokenizer):
+    """sd on the tiny pair; lantern (a tree method) on the tiny target with a random EAGLE head."""
+    if request.param == "lantern":
+        from test_trees import _pair
+        return engine.run(RunConfig(method="lantern", seed=3), _pair(tokenizer, (16, 16)))
     return engine.run(RunConfig(method=request.param, seed=3), tiny_pair)
 
 
@@ -256,7 +260,7 @@ def test_the_test_heatmap_shows_each_tested_position_s_probability_and_verdict(t
                 assert np.isnan(z[i, j]) and custom[i, j][1] == "never tested (drawn from p)"
                 continue
             p, ok = tested[(i, j)]
-            assert z[i, j] == p and custom[i, j][0] == round(p, 4)
+            assert z[i, j] == p and custom[i, j][0] == pytest.approx(p, abs=5.1e-5)   # 4 decimals
             assert custom[i, j][1] == ("passed: draft kept" if ok else "failed: resampled")
     tpl = heat.hovertemplate
     order = [tpl.index(s) for s in ("cell (%{y}, %{x})", "probability of acceptance %{customdata[0]}", "%{customdata[1]}")]
