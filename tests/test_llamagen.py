@@ -141,10 +141,14 @@ def _features(prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def t2i_pair():
-    """Stage-2 style target at 8x8, stage-1 style drafter at 4x4; the drafter also serves sd/lantern at 8x8."""
-    drafter = tiny_gpt("t2i", 1)
-    return lg.assemble("tiny-llamagen-t2i", tiny_gpt("t2i", 0), tiny_vq(), GRID, lg.text_caption(_features),
-                       drafter=drafter, small=drafter, scales=(2,))
+    """Stage-2 style target at 8x8, stage-1 style drafter at 4x4; the drafter also serves sd/cool at 8x8, and a
+    random EAGLE head on the target's features the tree methods."""
+    from core.models.eagle import DraftHead
+    drafter, target = tiny_gpt("t2i", 1), tiny_gpt("t2i", 0)
+    torch.manual_seed(2)
+    head = DraftHead.for_target(target).eval()
+    return lg.assemble("tiny-llamagen-t2i", target, tiny_vq(), GRID, lg.text_caption(_features),
+                       drafter=drafter, small=drafter, scales=(2,), head_net=lambda: head)
 
 
 @pytest.mark.parametrize("method", sorted(registry()))
