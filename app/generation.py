@@ -13,7 +13,7 @@ import time
 
 import gradio as gr
 
-from core import engine, methods
+from core import ambiguity, engine, methods
 from core.config import RunConfig, SamplingConfig
 from core.models import hub
 from core.trace import Trace
@@ -135,7 +135,8 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                 return
             timed = dict(run=run_at, baseline=base_at, baseline_remembered=remembered)
     state = dict(trace=trace, baseline=baseline, timed=timed,
-                 quality=per_image.against_ar(pair, trace, baseline))
+                 quality=per_image.against_ar(pair, trace, baseline),
+                 ambiguity=ambiguity.measure(pair, trace))   # the target's entropy per cell, once per run
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", files.trace_file(trace),
            gr.update(value=None, visible=False), gr.Column(elem_classes=["results"]), *rows(state), *views(state, show_grid))
 
@@ -171,5 +172,6 @@ def add_baseline(request: gr.Request | None, state, show_grid=False):
             return
     new = dict(state, baseline=baseline, timed=dict(run=(state.get("timed") or {}).get("run"), baseline=at,
                                                     baseline_remembered=False),
-               quality=per_image.against_ar(pair, trace, baseline))
+               quality=per_image.against_ar(pair, trace, baseline),
+               ambiguity=state.get("ambiguity") or ambiguity.measure(pair, trace))   # a replay's, measured here
     yield (new, f"ar baseline timed for seed {trace.seed}.", *views(new, show_grid))

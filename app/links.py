@@ -101,6 +101,9 @@ PRESETS: dict[str, tuple[str, dict]] = {
 }
 
 
+FIRST_PRESET = next(iter(PRESETS))   # what the menu shows on a fresh page: its knobs are the defaults
+
+
 def preset(name: str) -> tuple:
     """Knob values of a preset (defaults for every knob it leaves alone), then its explanation."""
     if not isinstance(name, str) or name not in PRESETS:
@@ -135,6 +138,8 @@ def from_query(request: gr.Request) -> tuple:
     for k in KNOBS:
         value = _link_value(k, params[k], base, pair) if k in params else None
         out.append(base.get(k, gr.skip()) if value is None else value)
+    if "preset" not in params and any(k in params for k in KNOBS):
+        chosen_preset = None   # a link's own knobs: the menu's first preset would misname them
     unknown = sorted(set(params) - set(KNOBS) - {"preset"})
     if unknown:   # one warning, however many: a link cannot flood the page or the log
         more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""

@@ -17,8 +17,9 @@ import gradio as gr
 from core import engine
 from core.trace import Trace
 
-from . import plots, render, trees_view
+from . import ambiguity_view, codebook_view, plots, render, theme, trees_view
 from . import quality as per_image
+from . import card_view
 from .inputs import whole_number
 from .level_rows import CASCADE_ROWS, LEVEL_VIEWS, level_views
 from .messages import short, user_error
@@ -28,7 +29,8 @@ from .messages import short, user_error
 TREE_VIEWS = ("tree_cycle", "tree", "tree_lengths")
 # the outputs every view refresh returns, in this order (ui.py maps them onto components)
 VIEWS = ("draft", "proposal", "final", "baseline", "heatmap", "islands", "islands_key", "timeline", "stats",
-         "scrubber", "canvas", "step") + TREE_VIEWS + tuple(f"level{n}{v}" for n in CASCADE_ROWS for v in LEVEL_VIEWS)
+         "scrubber", "canvas", "step") + TREE_VIEWS + tuple(f"level{n}{v}" for n in CASCADE_ROWS for v in LEVEL_VIEWS) \
+    + ambiguity_view.VIEWS + codebook_view.VIEWS   # the target's ambiguity per cell, the codebook's neighbours
 
 # why a panel is empty, by method (mulo fills every panel)
 NO_DRAFT = {
@@ -50,6 +52,12 @@ NO_DRAFT = {
            "there is no low-resolution draft; the tree view below shows each verified cycle's tree.",
     "sjd": "sjd has no drafter: the target guesses a window of L tokens and refines them by Jacobi "
            "iteration; the heatmap shows each position's test.",
+    "scd": "scd has no drafter: the target refines a Jacobi window of L guesses, redrawing the rest from a "
+           "coupling with the old guesses; the heatmap shows each position's test.",
+    "gsd": "gsd has no drafter: the target refines a Jacobi window of L guesses and tests each on its "
+           "cluster of near-equal tokens; the heatmap shows each position's test.",
+    "pjd": "pjd has no drafter: the target refines a Jacobi window in every active row, each row c tokens "
+           "behind the row above; the heatmap shows each position's test.",
 }
 NO_PROPOSAL = "No up-sampled proposal: only mulo drafts at low resolution and up-samples the draft."
 NO_ISLANDS = "{m} rejects nothing: every token it samples is final, so there are no islands."
@@ -57,17 +65,21 @@ NO_BASELINE = ("No ar baseline for this trace (a replayed file carries only its 
                "\"Run or re-time the ar baseline\" to time one now.")
 
 _IMAGES_TAIL = ("the final image; and plain autoregressive decoding (ar) with the same prompt and seed, for "
-                "reference. Each square is one token.")
+                "reference. Each token decodes to a small square of pixels (2×2 on the embedded pair, 16×16 on "
+                "LlamaGen); *Show token grid lines* outlines them.")
 # the explanations above the image row, the heatmap and the islands panel, by method
 METHOD_EXPLAIN = {
     "mulo": ("**Left to right:** what the drafter drew at low resolution; that draft up-sampled to the full "
              "grid (the *proposal*); " + _IMAGES_TAIL + " Click a cell of the proposal or the heatmap to inspect it.",
              "For every proposed token the target adds up its probability and that of its k nearest codebook "
-             "neighbours (*pooled mass*, log scale). Cells at or above τ (green, black contour) **passed τ**; red "
-             "cells fell below it. Hover for the numbers, click for the cell card.",
-             "Red dots: cells below τ. Each tinted colour is one *island*: the cells below τ grown by the radius l, "
-             "all **resampled** by the target; every other cell is **kept** as proposed. Islands are "
-             "independent, so the target resamples them in parallel, a few passes instead of one per token."),
+             "neighbours (*pooled mass*, log scale). Green cells, at or above τ, **passed τ**; red cells fell below "
+             "it. The black line is the τ contour, the border between the two: it rings the red patches. Hover "
+             "for the numbers, click for the cell card.",
+             "Red dots: cells below τ. A tinted patch is one *island*: the cells below τ grown by the radius l, "
+             "all **resampled** by the target; every other cell is **kept** as proposed. Islands are coloured "
+             "from eight tints, so past the eighth island a tint comes back (the key numbers each island). "
+             "Islands are independent, so the target resamples them in parallel, a few passes instead of one "
+             "per token."),
     "ar": ("**Left to right:** ar has no draft and no proposal (the panels say why); " + _IMAGES_TAIL,
            "ar tests nothing: every token is sampled from the target, one per pass.",
            "ar rejects nothing, so there are no islands."),
@@ -75,15 +87,31 @@ METHOD_EXPLAIN = {
               "zipar tests nothing: the target samples every token, several rows at once.",
               "zipar rejects nothing, so there are no islands."),
 }
-for _m, _rule in (("sd", "min(1, p/q)"), ("lantern", "min(1, p̃/q), with p̃ the target probability relaxed "
-                                                      "over the draft token's neighbours"),
-                  ("sjd", "min(1, p/p_prev), p_prev the previous Jacobi iterate")):
+# the methods that test each drafted position on its own: who drafts, and the acceptance rule
+_POSITION_RULES = (
+    ("sd", "the pair's small drafter model, γ tokens per cycle at the full resolution", "min(1, p/q)"),
+    ("cool", "the pair's small drafter model, γ tokens per cycle at the full resolution (sd's drafting)",
+     "min(1, w_i·p/q), w_i = δ·exp(−ν i − μ) relaxing the early positions of a cycle most (annealed sd)"),
+    ("sjd", "the target itself: a window of L guesses refined by Jacobi iteration",
+     "min(1, p/q), q the previous Jacobi iterate the guess was drawn from"),
+    ("scd", "the target itself: sjd's Jacobi window, the rest redrawn from a coupling with the old guesses",
+     "min(1, p/q), q the previous Jacobi iterate the guess was drawn from"),
+    ("gsd", "the target itself: sjd's Jacobi window",
+     "min(1, Σ_C p / Σ_C q), summed over the guess's cluster C of near-equal, nearby tokens (not lossless)"),
+    ("pjd", "the target itself: a Jacobi window in every active row, a row starting c tokens behind the row above",
+     "min(1, p/q), q the previous Jacobi iterate the guess was drawn from"))
+# what a heatmap of last tests and the table's share of every test count (they differ by design)
+_TWO_SHARES = (" The heatmap shows each position's **last** test; the table's *passed* share counts "
+               "**every** test, and a position is tested again each time it is drafted again, so the two "
+               "shares differ.")
+for _m, _who, _rule in _POSITION_RULES:
     METHOD_EXPLAIN[_m] = (
-        f"**Left to right:** {_m} drafts at the full resolution, so there is no low-resolution draft or "
+        f"**Left to right:** {_m} drafts with {_who}, so there is no low-resolution draft or "
         "proposal (the panels say why); " + _IMAGES_TAIL + " Click a cell of the heatmap to inspect it.",
-        f"Each tested position's probability of acceptance, {_rule}; a random draw decides. Green: the draft "
-        "**passed** and was kept; red with a cross: it failed and the target **resampled** that token from the "
-        "residual; blank: never tested (drawn from p directly).",
+        f"Each tested position's probability of acceptance, {_rule}; a random draw decides. Colour: that "
+        "probability (red low, green high); a black cross: the draft failed and the target **resampled** "
+        "that token from the residual; no cross: it **passed** and was kept; blank: never tested (drawn "
+        "from p directly)." + _TWO_SHARES,
         "The final image with a red dot on every token whose draft failed its test and was resampled.")
 _TREE_RULES = (("eagle", "p(x) with q = 1 (the head's drafts are chosen, not sampled); a rejected sibling "
                          "leaves p, renormalised, before the next is tried"),
@@ -99,9 +127,10 @@ for _m, _rule in _TREE_RULES:
         "low-resolution draft or proposal (the panels say why); " + _IMAGES_TAIL + " Click a cell of the "
         "heatmap to inspect it; the tree view under it shows one cycle's whole tree.",
         f"Each tested position's last test in its cycle: siblings at one cell are tried in order, each "
-        f"accepted with probability {_rule}; a random draw decides. Green: a draft **passed** and was kept; red "
-        "with a cross: every sibling failed and the target **resampled** that token from the residual; blank: "
-        "never tested (a bonus token drawn from p" + (", or committed unverified" if _m == "vvs" else "") + ").",
+        f"accepted with probability {_rule}; a random draw decides. Colour: that probability (red low, green "
+        "high); a black cross: every sibling failed and the target **resampled** that token from the residual; "
+        "no cross: a draft **passed** and was kept; blank: never tested (a bonus token drawn from p"
+        + (", or committed unverified" if _m == "vvs" else "") + ")." + _TWO_SHARES,
         "The final image with a red dot on every token where every drafted sibling failed its test and the "
         "token was resampled.")
 
@@ -109,6 +138,11 @@ for _m, _rule in _TREE_RULES:
 def explain_method(method: str) -> tuple[str, str, str]:
     """The explanations of the image row, the heatmap and the islands panel for the chosen method."""
     return METHOD_EXPLAIN.get(method if isinstance(method, str) else "mulo", METHOD_EXPLAIN["mulo"])
+
+
+def canvas_key(method: str) -> str:
+    """The step canvas's key (HTML) for the chosen method: mulo's verify colours only where mulo verifies."""
+    return theme.key_html(theme.canvas_key(method if isinstance(method, str) else "mulo"))
 
 
 def speedup(trace: Trace, baseline: Trace | None) -> tuple[float, float | None, float]:
@@ -150,6 +184,14 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
                 f"### {1 / passes:.2f}× more sequential passes than ar (target + drafter)")
         head += f" · {wall:.2f}× wall clock" if wall is not None else " · wall clock: no ar run to compare"
         notes = [f"Target passes alone: {target:.2f}× fewer than ar (detail: drafter passes not counted)."]
+        if t["drafter_nfe"]:
+            notes.append(f"Every drafter pass ({t['drafter_nfe']} here) is counted like a target pass in the headline, "
+                         "whatever it costs"
+                         + (f"; {trace.method}'s drafter, the pair's small model, runs once per drafted token at the "
+                            "full resolution, so a run that rejects often spends more passes than ar"
+                            if trace.method in ("sd", "cool") else "")
+                         + ". A drafter pass's measured cost beside a target pass's is in the bench's ms/pass "
+                           "columns (`python -m core bench`: d/t ms).")
     kept = trace.totals.get("kept_fraction")
     if trace.method != "ar" and kept == 0:
         notes.insert(0, "**Nothing of the draft was kept: every cell was resampled by the target**, so this "
@@ -162,6 +204,11 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
         notes.append(f"Wall clock: {trace.method} timed at {_clock(timed.get('run'))}, ar {how} "
                      f"{_clock(timed.get('baseline'))}, one run at a time in this process; other load on the "
                      f"machine moves both. *Run or re-time the ar baseline* times ar again now.")
+    if wall is not None and trace.method != "ar":
+        notes.append("**Sequential passes are the stable figure**: the same seed and knobs give the same passes on "
+                     "every machine. Wall clock is not: it moves with whatever else the machine is running, so read "
+                     "the wall ratio as rough (`python -m core bench --threads 1` measures it with nothing else "
+                     "running).")
     cols = [(trace.method, trace)] + ([("ar", baseline)] if baseline is not None else [])
     rows = ["| | " + " | ".join(c for c, _ in cols) + " |", "|---|" + "---|" * len(cols)]
     for label, fmt in (("sequential passes (target + drafter)",
@@ -170,7 +217,8 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
                        ("drafter NFE", lambda t: str(t["drafter_nfe"])),
                        ("wall clock (ms)", lambda t: f"{t['wall_ms']:.0f}"),
                        ("passed τ (of judged cells)" if trace.method == "mulo" else
-                        "passed the test (of judged drafts)", lambda t: percent(t["passed_fraction"])),
+                        "passed the test (of every test; the heatmap: each position's last)",
+                        lambda t: percent(t["passed_fraction"])),
                        ("kept (not resampled, of all cells)", lambda t: percent(t["kept_fraction"]))):
         rows.append(f"| {label} | " + " | ".join(fmt(t.totals) for _, t in cols) + " |")
     if quality:
@@ -214,7 +262,8 @@ def views(state: dict | None, show_grid: bool = False) -> tuple:
             render.canvas_image(render.replay(trace, n), tok, show_grid),
             render.step_caption(trace, n),
             *tree_views(trace),
-            *(v for level in CASCADE_ROWS for v in level_views(trace, level, tok, show_grid)))
+            *(v for level in CASCADE_ROWS for v in level_views(trace, level, tok, show_grid)),
+            *ambiguity_view.views(state), *codebook_view.views(state))
 
 
 def tree_views(trace) -> tuple:
@@ -279,7 +328,7 @@ def inspect_cell(state, evt: gr.SelectData):
     if not (math.isfinite(x) and math.isfinite(y)):
         raise user_error(f"a cell is picked by its pixel (x, y); got {short(evt.index)}")
     i, j = render.cell_at(x, y, tuple(trace.grid["target"]))
-    return render.cell_details(trace, render.verdict(trace), i, j)
+    return render.cell_details(trace, render.verdict(trace), i, j) + card_view.card(trace, i, j)
 
 
 def inspect_heatmap(state, clicked: str):
@@ -292,4 +341,5 @@ def inspect_heatmap(state, clicked: str):
         i, j = (int(x) for x in clicked.split(",")[:2])
     except ValueError:
         return gr.skip()
-    return render.cell_details(trace, render.verdict(trace), min(max(i, 0), H - 1), min(max(j, 0), W - 1))
+    i, j = min(max(i, 0), H - 1), min(max(j, 0), W - 1)
+    return render.cell_details(trace, render.verdict(trace), i, j) + card_view.card(trace, i, j)

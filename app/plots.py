@@ -63,10 +63,11 @@ def heatmap(trace, v: Verdict | None, t: Tests | None = None) -> go.Figure:
     fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", title="row i")
     fig.update_xaxes(constrain="domain", title="column j")
     n_res = int(v.resample.sum())
-    fig.update_layout(height=420, margin=dict(MARGIN, t=60), title=dict(
+    fig.update_layout(height=420, margin=dict(MARGIN, t=60, r=48), title=dict(
         text=f"Pooled mass vs τ = {v.tau:g}: {int(v.accepted.sum())} of {H * W} passed τ"
              f"<br><sup>{H * W - n_res} kept, {n_res} resampled in {len(np.unique(v.islands[v.islands > 0]))} "
-             f"island(s)</sup>"), legend=dict(orientation="h", y=-0.18))
+             f"island(s)</sup>", x=0.01, xanchor="left"), legend=dict(orientation="h", y=-0.18),
+        modebar=dict(orientation="v"))
     return fig
 
 
@@ -98,9 +99,14 @@ def _test_heatmap(trace, t: Tests) -> go.Figure:
     fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", title="row i", range=[H - 0.5, -0.5])
     fig.update_xaxes(constrain="domain", title="column j", range=[-0.5, W - 0.5])
     tested = int((~np.isnan(t.prob)).sum())
-    fig.update_layout(height=420, margin=dict(MARGIN, t=60), legend=dict(orientation="h", y=-0.18), title=dict(
-        text=f"Probability of acceptance, {t.label}<br><sup>{int(t.passed.sum())} of {tested} tested drafts "
-             f"passed; {int(t.resampled.sum())} resampled; {H * W - tested} never tested</sup>"))
+    every = (trace.totals or {}).get("passed_fraction") if hasattr(trace, "totals") else None
+    shares = (f"<br><sup>last test per position; the table's {100 * every:.1f}% counts every test</sup>"
+              if every is not None else "")
+    fig.update_layout(height=460, margin=dict(MARGIN, t=100, r=48), legend=dict(orientation="h", y=-0.18), title=dict(
+        text=f"Probability of acceptance<br><sup>{t.label}</sup><br><sup>{int(t.passed.sum())} of {tested} tested drafts "
+             f"passed; {int(t.resampled.sum())} resampled; {H * W - tested} never tested</sup>"
+             + shares, x=0.01, xanchor="left", y=1, yanchor="top", pad=dict(t=8)),
+        modebar=dict(orientation="v"))
     return fig
 
 
@@ -212,7 +218,9 @@ def compare_bars(rows: list[dict], measure: str) -> go.Figure:
         fig.add_trace(go.Bar(x=methods, y=vals, marker_color=theme.PHASES["verify"], showlegend=False,
                              hovertemplate="%{x}: %{y}<extra></extra>"), row=n // 2 + 1, col=n % 2 + 1)
     fig.update_annotations(font_size=13)
-    fig.update_layout(height=760, margin=dict(MARGIN, t=50))
+    # thirteen method names under each panel: upright, so that neighbours never overlap
+    fig.update_xaxes(tickangle=-90, tickfont_size=11, automargin=True)
+    fig.update_layout(height=860, margin=dict(MARGIN, t=50))
     return fig
 
 

@@ -159,7 +159,14 @@ _EAGLE_RULE = "p(x), q = 1 (chosen drafts); a rejected sibling leaves p"
 RULES = {"sd": "min(1, p/q)", "eagle": _EAGLE_RULE,
          "lantern": "p̃(x) with q = 1, p̃ relaxed over neighbours within δ",
          "lantern_pp": "min(1, p̃/q), p̃ ≤ λ·p", "vvs": f"{_EAGLE_RULE}; vvs_skip cycles committed unverified",
-         "sjd": "min(1, p/p_prev) of the Jacobi iterate"}
+         "sjd": "min(1, p/p_prev) of the Jacobi iterate", "scd": "min(1, p/p_prev) of the coupled Jacobi iterate",
+         "pjd": "min(1, p/p_prev) of the row's Jacobi iterate", "gsd": "min(1, Σ_C p / Σ_C q) over the guess's cluster C",
+         "cool": "min(1, w_i·p/q), w_i = δ·exp(−ν i − μ)"}
+
+
+def cells(n: int) -> str:
+    """'1 cell', '2 cells'."""
+    return f"{n} cell{'' if n == 1 else 's'}"
 
 
 def unverified(trace) -> np.ndarray | None:
@@ -245,13 +252,13 @@ def islands_key(v: Verdict | None, t: Tests | None = None) -> str:
     dot = theme.swatch(theme.REJECTED, round_=True)
     if v is None and t is not None:
         return (f"<div class='key'>{dot} draft failed its test, token resampled from the residual "
-                f"({int(t.resampled.sum())} cells); every other written cell kept its draft or was drawn from p."
+                f"({cells(int(t.resampled.sum()))}); every other written cell kept its draft or was drawn from p."
                 "</div>")
     if v is None:
         return ""
     ids, sizes = np.unique(v.islands[v.islands > 0], return_counts=True)
-    parts = [f"{dot} below τ ({int(v.rejected.sum())} cells)"]
-    parts += [f"{theme.swatch(theme.ISLANDS[(int(n) - 1) % len(theme.ISLANDS)])} island {n}: {c} cells"
+    parts = [f"{dot} below τ ({cells(int(v.rejected.sum()))})"]
+    parts += [f"{theme.swatch(theme.ISLANDS[(int(n) - 1) % len(theme.ISLANDS)])} island {n}: {cells(int(c))}"
               for n, c in zip(ids, sizes)]
     if not len(ids):
         parts.append("no islands: every cell kept")
@@ -318,7 +325,7 @@ def _mark_step(img: np.ndarray, step: dict, shape: tuple[int, int]) -> np.ndarra
     if step["cells"]:
         cells = np.asarray(step["cells"], dtype=np.int64)
         mask[cells[:, 0], cells[:, 1]] = True
-    return tint(img, mask, theme.HIGHLIGHT, 0.55)
+    return tint(img, mask, theme.WRITTEN, theme.WRITTEN_ALPHA)
 
 
 LABEL = 22   # height of the caption strip under each canvas panel, in pixels
@@ -364,7 +371,11 @@ def step_caption(trace, n: int) -> str:
                 f"{int(np.sum(s['resample']))} to resample in {s.get('n_islands', 0)} island(s)")
     elif "wave" in s:
         what += f", wave {s['wave'] + 1}"
-    return f"Step {min(n, total)} of {total}: **{s['phase']}** ({who}, {s['wall_ms']:.1f} ms), {what}."
+    passes = sum(x["nfe"] for x in trace.steps)
+    so_far = sum(x["nfe"] for x in trace.steps[:min(n, total)])
+    # a step may hold more than one pass (the target's prefill rides with the first verify): say both counts
+    tally = f" Passes so far: {so_far} of {passes}." if passes != total else ""
+    return f"Step {min(n, total)} of {total}: **{s['phase']}** ({who}, {s['wall_ms']:.1f} ms), {what}.{tally}"
 
 
 def cell_at(x: float, y: float, shape: tuple[int, int], size: int = SIZE) -> tuple[int, int]:

@@ -14,6 +14,9 @@ from core.trace import MAX_BYTES, Limits, Trace, TraceError
 
 from . import files, uploads
 from .control import session_of
+from .inputs import FLOATS, KNOBS, SLIDERS, _INTS
+
+NUMBERS = FLOATS | _INTS
 from .level_rows import rows
 from .messages import user_error, user_errors
 from .panels import views
@@ -54,6 +57,29 @@ def load_trace(path: str | None, session: str | None = None) -> Trace:
             return Trace.from_json(text, trace_limits)
     finally:
         uploads.release(own, session)
+
+
+def knobs_of(state) -> tuple:
+    """The sidebar as the stored run was made: every knob (inputs.KNOBS order) from the trace, a slider
+    widened where the trace's value lies past its end, then no preset (the trace's own knobs are shown)."""
+    if not state:
+        return tuple(gr.skip() for _ in (*KNOBS, "preset"))
+    t = state["trace"]
+    made = dict(t.params, method=t.method, prompt=t.prompt, seed=t.seed, model=t.model)
+    out = []
+    for k in KNOBS:
+        if k not in made:
+            out.append(gr.skip())
+            continue
+        lo, hi, _ = SLIDERS.get(k, (None, None, None))
+        v = made[k]
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if (k in NUMBERS) != number:   # a value a knob cannot hold (a hand-edited trace) leaves the knob alone
+            out.append(gr.skip())
+            continue
+        out.append(gr.update(value=v, minimum=min(lo, v), maximum=max(hi, v))
+                   if lo is not None and number and not lo <= v <= hi else v)
+    return (*out, None)
 
 
 def replay(path, show_grid=False, request: gr.Request | None = None):

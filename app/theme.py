@@ -13,8 +13,12 @@ GRID_LINE = "#000000"
 PHASES = {"draft": "#7570b3", "upsample": "#66a61e", "verify": "#1f78b4", "resample": RESAMPLED,
           "refresh": "#a6761d", "decode": "#666666"}
 
-# islands coloured by id (1..M), cycling; chosen to stay distinct from ACCEPTED and REJECTED
-ISLANDS = ("#e7298a", "#17becf", "#ff7f0e", "#9467bd", "#bcbd22", "#8c564b", "#1f77b4", "#f781bf")
+WRITTEN = "#ffffff"      # the step canvas: cells written by the step under the scrubber, whitened
+WRITTEN_ALPHA = 0.6      # (no hue: a yellow tint over red read as RESAMPLED's orange)
+
+# islands coloured by id (1..M), cycling past the eighth; each tint (at 0.6) moves every colour of the
+# embedded domain by at least 60 RGB units, so no island vanishes on a background of its own hue
+ISLANDS = ("#ff00ff", "#7fff00", "#000080", "#ffffff", "#800000", "#b2dfdb", "#808000", "#000000")
 
 
 def swatch(colour: str, round_: bool = False) -> str:
@@ -29,9 +33,19 @@ def key_html(items) -> str:
 
 
 # what the colours of the step canvas mean (render._mark_step draws them)
-CANVAS_KEY = ((HIGHLIGHT, "written by this step"), (ACCEPTED, "verify: passed τ, kept"),
-              (REJECTED, "verify: below τ"), (RESAMPLED, "verify: passed τ, swept into an island"),
+CANVAS_KEY = ((WRITTEN, "whitened: written by this step"), (ACCEPTED, "mulo verify: passed τ, kept"),
+              (REJECTED, "mulo verify: below τ"), (RESAMPLED, "mulo verify: passed τ, swept into an island"),
               (PENDING, "not written yet (or withdrawn for resampling)"))
+# the same for a method without mulo's verify step: its verify steps write the drafts they kept and the
+# token resampled after a rejection, withdrawing the drafts they judged and refused
+CANVAS_KEY_WRITES = ((WRITTEN, "whitened: written by this step (a verify step: the drafts it kept and any "
+                               "token it resampled)"),
+                     (PENDING, "not written yet (or a draft withdrawn after failing its test)"))
+
+
+def canvas_key(method: str | None) -> tuple:
+    """The step canvas's key for a run of `method`: mulo's verify colours only where mulo verifies."""
+    return CANVAS_KEY if method in (None, "mulo") else CANVAS_KEY_WRITES
 
 
 def rgb(hex_colour: str) -> tuple[int, int, int]:
@@ -47,5 +61,8 @@ CSS = """
 .explain { font-size: 0.92em; opacity: 0.9; }
 #speedup { font-size: 1.05em; }
 .key { font-size: 0.9em; line-height: 1.7; }
+#results.outdated::before { content: "The knobs have changed since these results were made: press Generate to see their effect."; display: block; padding: 0.4em 0.8em; border-radius: 6px; background: #fff3cd; color: #5c4400; font-weight: 600; }
+#compare-table table { table-layout: fixed; width: 100% !important; min-width: 0 !important; }
+#compare-table th, #compare-table td { white-space: normal !important; overflow-wrap: anywhere; min-width: 0 !important; width: auto !important; padding-left: 2px; padding-right: 2px; font-size: 0.85em; }
 .stale img, .stale .js-plotly-plot, .stale table { opacity: 0.35; filter: grayscale(0.6); transition: opacity 0.2s; }
 """

@@ -4,6 +4,8 @@ app.replays, app.panels, app.links, app.inputs, app.control). Model-running even
 slot ("model")."""
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 import numpy as np
 from starlette.middleware import Middleware
@@ -14,7 +16,8 @@ from core.config import (CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS, REJ
 from core.methods import registry
 from core.trace import MAX_BYTES
 
-from . import comparison, control, files, generation, inputs, links, panels, replays, theme, uploads
+from . import comparison, control, files, generation, inputs, lesson, links, panels, replays, theme, uploads
+from . import ambiguity_view, codebook_view
 from .level_rows import CASCADE_ROWS
 
 # what keeps one host safe for many users (docs/hosting.md): a bounded queue, uploads no
@@ -80,6 +83,10 @@ EXPLAIN = {
               "this CPU also pays for the drafter and the up-sampler.",
     "scrubber": "Replay the run: the canvas as it stood after each step (left, the drafter's low-resolution "
                 "grid; right, the target grid), coloured as the key under it says.",
+    "lesson": "**A guided lesson in eight steps**, from ar to the speed–quality frontier. Each button runs its "
+              "settings on the prompt and seed of the Run tab (ar first, the reference of every quality number), "
+              "then says what to look at with this run's numbers and asks one question whose answer is in the "
+              "table; the answer waits under the fold. Stop ends a step at its next run.",
     "compare": "Every decoding method on the same prompt, seed and knobs: final images, sequential passes "
                "(target + drafter), wall clock, passed and kept shares and quality side by side: prompt "
                "adherence (the embedded pair's classifier), **sharpness ÷ ar** (this image's high-frequency "
@@ -265,6 +272,11 @@ PAGE_JS = """() => {
 }"""
 
 PAGE_URL_JS = "(url, ...rest) => [window.location.origin + window.location.pathname, ...rest]"
+# a knob moved after a run: the results say they were made with other knobs (theme.CSS draws the note); a
+# new run's results column drops the class, and so does a replay (FRESH_JS), whose knobs are the trace's
+OUTDATED_JS = """() => { const r = document.querySelector('#results');
+  if (r && document.querySelector('#final img')) r.classList.add('outdated'); }"""
+FRESH_JS = "() => { const r = document.querySelector('#results'); if (r) r.classList.remove('outdated'); }"
 
 
 def build_demo() -> gr.Blocks:
@@ -274,21 +286,27 @@ def build_demo() -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=1, min_width=340):
-                preset = gr.Dropdown(list(links.PRESETS), value=None, elem_id="preset",
+                preset = gr.Dropdown(list(links.PRESETS), value=links.FIRST_PRESET, elem_id="preset",
                                      label="Teaching preset: one click, one phenomenon")
-                preset_info = gr.Markdown(elem_classes=["explain"], elem_id="preset-info")
                 prompt = gr.Textbox(inputs.DEFAULTS["prompt"], lines=2, elem_id="prompt",
                                     label="Prompt: sizes, colours, shapes, places, backgrounds")
                 with gr.Row():
                     run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
                 knobs = _mission_knobs()
+                # a preset's words under its four knobs, so that a long text never pushes them off the screen
+                preset_info = gr.Markdown(elem_classes=["explain"], elem_id="preset-info")
                 knobs |= _more_knobs(pair.vocab_size)
                 pair_info = knobs.pop("pair_info")
                 knobs["prompt"] = prompt
                 knob_list = [knobs[k] for k in inputs.KNOBS]
                 with gr.Accordion("Prompts: examples and builder", open=False):
-                    gr.Examples(EXAMPLES, inputs=[prompt], cache_examples=False, label="Example prompts")
+                    # one button per example (gr.Examples cuts a text sample at 60 characters), writing it in the
+                    # page itself
+                    gr.Markdown("Example prompts", elem_classes=["explain"])
+                    for text in EXAMPLES:
+                        gr.Button(text, size="sm", elem_classes=["example-prompt"]).click(
+                            None, None, prompt, js=f"() => {json.dumps(text)}", api_visibility="private")
                     _prompt_builder(prompt)
                 show_grid = gr.Checkbox(False, label="Show token grid lines")
                 with gr.Accordion("Share these settings", open=False):
@@ -302,6 +320,7 @@ def build_demo() -> gr.Blocks:
                         # knobs under Generate off the screen
                         status = gr.Markdown(elem_id="status")
                         live = Image(label="This run, as it streams (drafter q | target p)", type="numpy",
+                                     show_label=False,   # its caption strip is under the canvas, not over the draft
                                      format="png", interactive=False, visible=False, elem_id="live",
                                      elem_classes=["token-grid"], buttons=[])
                         with gr.Column(elem_classes=["results"], elem_id="results") as results:
@@ -325,6 +344,25 @@ def build_demo() -> gr.Blocks:
                                     islands_key = gr.HTML(elem_id="islands-key")
                                     cell = gr.Markdown("Click a cell of the proposal or of the heatmap to see its "
                                                        "numbers.", elem_id="cell")
+                            # the target's ambiguity per cell and the codebook's neighbours, shown once a run is
+                            # stored (ambiguity_view.column, after each change of the stored run)
+                            with gr.Column(visible=False, elem_id="ambiguity-view") as ambiguity_column:
+                                gr.Markdown(ambiguity_view.EXPLAIN, elem_classes=["explain"])
+                                with gr.Row():
+                                    with gr.Column(scale=3):
+                                        ambiguity = gr.Plot(label="Entropy and top-1 share per cell", show_label=False,
+                                                            elem_id="ambiguity")
+                                    with gr.Column(scale=2):
+                                        ambiguity_scatter = gr.Plot(label="Tested value against entropy",
+                                                                    show_label=False, elem_id="ambiguity-scatter")
+                                        ambiguity_note = gr.Markdown(elem_id="ambiguity-note")
+                                gr.Markdown(codebook_view.EXPLAIN, elem_classes=["explain"])
+                                with gr.Row():
+                                    codebook_code = gr.Number(0, minimum=0, step=1, precision=0, label="Code",
+                                                              elem_id="codebook-code", min_width=120, scale=0)
+                                    codebook = Image(label="The code and its k nearest codes, nearest first",
+                                                     show_label=False, type="numpy", format="png", interactive=False,
+                                                     elem_id="codebook", buttons=["download"], scale=1)
                             with gr.Column(visible=False, elem_id="tree-view") as tree_view:
                                 _explain("trees")
                                 with gr.Row():
@@ -348,7 +386,7 @@ def build_demo() -> gr.Blocks:
                             canvas = Image(label="Canvas after the step", type="numpy", format="png",
                                            interactive=False, height=380, elem_id="canvas",
                                            elem_classes=["token-grid"], buttons=["download", "fullscreen"])
-                            gr.HTML(theme.key_html(theme.CANVAS_KEY), elem_id="canvas-key")
+                            canvas_key = gr.HTML(panels.canvas_key(inputs.DEFAULTS["method"]), elem_id="canvas-key")
                     with gr.Tab("Compare", id="compare"):
                         _explain("compare")
                         with gr.Row():
@@ -356,10 +394,10 @@ def build_demo() -> gr.Blocks:
                             ups_btn = gr.Button("Compare up-samplers (mulo: proposal and final image of each)",
                                                 elem_id="compare-upsamplers")
                         cmp_status = gr.Markdown(elem_id="compare-status")
-                        cmp_gallery = Gallery(label="Final images", columns=6, height=240, format="png",
+                        cmp_gallery = Gallery(label="Final images", columns=7, height="auto", format="png",
                                               interactive=False, elem_classes=["token-grid"])
                         cmp_table = gr.Dataframe(headers=comparison.COMPARE_COLUMNS, interactive=False, label="Figures",
-                                                 elem_id="compare-table")
+                                                 elem_id="compare-table", wrap=True)
                         cmp_plot = gr.Plot(label="Side by side", show_label=False, elem_id="compare-plot")
                     with gr.Tab("Sweep", id="sweep"):
                         _explain("sweep")
@@ -372,6 +410,9 @@ def build_demo() -> gr.Blocks:
                         summary_file = gr.File(label="Or open a precomputed sweep: the summary.json of a "
                                                      "`python -m core bench --out DIR` run", file_types=[".json"],
                                                type="filepath", elem_id="summary-file")
+                    with gr.Tab("Lesson", id="lesson"):
+                        _explain("lesson")
+                        lesson_tab = lesson.build(Gallery)
                     with gr.Tab("Trace files", id="files"):
                         _explain("files")
                         trace_file = gr.File(label="Trace of the last run", interactive=False)
@@ -382,7 +423,9 @@ def build_demo() -> gr.Blocks:
         view_outputs = dict(draft=draft, proposal=proposal, final=final, baseline=baseline, heatmap=heatmap,
                             islands=islands, islands_key=islands_key, timeline=timeline, stats=stats,
                             scrubber=scrubber, canvas=canvas, step=step, tree_cycle=tree_cycle, tree=tree,
-                            tree_lengths=tree_lengths, **level_rows)
+                            tree_lengths=tree_lengths, **level_rows, ambiguity=ambiguity,
+                            ambiguity_scatter=ambiguity_scatter, ambiguity_note=ambiguity_note,
+                            codebook_code=codebook_code, codebook=codebook)
         views = [view_outputs[v] for v in panels.VIEWS]
         run_outputs = [state, status, trace_file, live, results, *level_columns, *views]
         model_events = dict(concurrency_id="model", concurrency_limit=1)
@@ -392,6 +435,7 @@ def build_demo() -> gr.Blocks:
         # being clamped, and a value of the wrong type is named by the handlers instead of refused namelessly
         gen = run_btn.click(generation.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
                             show_progress="minimal", show_progress_on=[status], preprocess=False, **model_events)
+        lesson.wire(lesson_tab, knobs, model_events)
         cmp = cmp_btn.click(comparison.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status],
                             api_name="compare", show_progress_on=[cmp_status], preprocess=False, **model_events)
         ups = ups_btn.click(comparison.compare_upsamplers, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status],
@@ -405,8 +449,26 @@ def build_demo() -> gr.Blocks:
         rep = replay_btn.click(replays.replay, [upload, show_grid],
                                [state, status, trace_file, *level_columns, *views], api_name="replay",
                                show_progress_on=[status], concurrency_id="replay", concurrency_limit=REPLAYS_AT_ONCE)
+        # a replayed trace puts its own knobs in the sidebar (and no preset): what is shown is what made it
+        rep.then(replays.knobs_of, state, knob_list + [preset], api_visibility="private", show_progress="hidden",
+                 ).then(None, None, None, js=FRESH_JS)
+        # a knob moved by hand (or by a preset) after a run marks the results as made with other knobs
+        gr.on([k.input for k in knob_list] + [preset.input], None, None, None, js=OUTDATED_JS)
         for changed in (gen, rep):   # the tree view shows for a run that verified draft trees only
             changed.then(panels.tree_column, state, tree_view, api_visibility="private", show_progress="hidden")
+            changed.then(ambiguity_view.column, state, ambiguity_column, api_visibility="private",
+                         show_progress="hidden")
+        # the codebook view: the code typed, the k knob moved, or a clicked cell's proposed token
+        codebook_code.input(codebook_view.redraw, [state, codebook_code, knobs["k"]], codebook, api_name="codebook",
+                            show_progress="hidden", trigger_mode="always_last", preprocess=False)
+        knobs["k"].change(codebook_view.redraw, [state, codebook_code, knobs["k"]], codebook,
+                          api_visibility="private", show_progress="hidden", trigger_mode="always_last",
+                          preprocess=False)
+        proposal.select(codebook_view.at_proposal_click, [state, knobs["k"]], [codebook_code, codebook],
+                        api_visibility="private", show_progress="hidden", preprocess=False)
+        heatmap_click.change(codebook_view.at_heatmap_click, [state, heatmap_click, knobs["k"]],
+                             [codebook_code, codebook], api_visibility="private", show_progress="hidden",
+                             preprocess=False)
         show_grid.change(panels.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
         scrubber.input(panels.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
                        show_progress="hidden", trigger_mode="always_last", preprocess=False)
@@ -423,6 +485,8 @@ def build_demo() -> gr.Blocks:
         knobs["method"].change(panels.explain_method, knobs["method"], [explain_images, explain_heatmap,
                                                                         explain_islands],
                                api_visibility="private", show_progress="hidden", preprocess=False)
+        knobs["method"].change(panels.canvas_key, knobs["method"], canvas_key, api_visibility="private",
+                               show_progress="hidden", preprocess=False)
         knobs["model"].change(inputs.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
                                                                   knobs["cfg_interval"], knobs["lantern_k"],
                                                                   knobs["scale"], pair_info], api_visibility="private",

@@ -24,8 +24,9 @@ IMPOSSIBLE = 1e-12   # probability floor: a token below it (or ruled out) counts
 
 
 @torch.inference_mode()
-def token_logprobs(pair: ModelPair, prompt: str, tokens, sampling: SamplingConfig) -> np.ndarray:
-    """(H, W) token grid -> (H·W,) log p_target(x_t | prompt, x_<t) under the processed distribution."""
+def target_distribution(pair: ModelPair, prompt: str, tokens, sampling: SamplingConfig) -> torch.Tensor:
+    """(H, W) token grid -> (H·W, V) float32: the target's processed distribution at every cell given
+    the grid's tokens before it (one teacher-forced, cache-free forward; row t is p_target(· | prompt, x_<t))."""
     grid = pair.grid
     ids, mask = pair.caption(prompt, grid)
     B = 1 if sampling.cfg == 1.0 else 2                      # conditional row, then the null caption
@@ -38,8 +39,15 @@ def token_logprobs(pair: ModelPair, prompt: str, tokens, sampling: SamplingConfi
     if N != grid[0] * grid[1]:
         raise ValueError(f"a {grid[0]}x{grid[1]} target scores {grid[0] * grid[1]} tokens; got {N}")
     logits = pair.target(captions, masks, x.expand(B, -1), grid, drop=drop)          # (B, N, V)
-    p = processed(logits, sampling, cells=torch.arange(N))[0]                         # (N, V)
-    got = p.gather(-1, x[0, :, None].to(p.device))[:, 0].double().cpu().numpy()
+    return processed(logits, sampling, cells=torch.arange(N))[0]                      # (N, V)
+
+
+@torch.inference_mode()
+def token_logprobs(pair: ModelPair, prompt: str, tokens, sampling: SamplingConfig) -> np.ndarray:
+    """(H, W) token grid -> (H·W,) log p_target(x_t | prompt, x_<t) under the processed distribution."""
+    p = target_distribution(pair, prompt, tokens, sampling)
+    x = torch.as_tensor(np.asarray(tokens), dtype=torch.long).reshape(-1)
+    got = p.gather(-1, x[:, None].to(p.device))[:, 0].double().cpu().numpy()
     return np.log(np.maximum(got, IMPOSSIBLE))
 
 

@@ -10,7 +10,8 @@ def test_the_explorer_bench_measures_every_line():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     for label in ("first streamed canvas", "complete result, cold", "complete result, warm",
-                  "re-render every view", "replay an uploaded Trace JSON", "one scrubber move"):
+                  "re-render every view", "replay an uploaded Trace JSON", "one scrubber move",
+                  "ambiguity + codebook views, warm"):
         line = next(x for x in done.stdout.splitlines() if label in x)
         assert re.search(r"\s\d+\.\d+ s", line), line
     first = float(re.search(r"first streamed canvas\s+(\d+\.\d+)", done.stdout).group(1))

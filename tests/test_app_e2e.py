@@ -66,7 +66,7 @@ def test_an_sjd_run_maps_each_tested_position_and_says_why_panels_are_empty(clie
     _, _, *views = client.predict(False, *knobs(method="sjd"), api_name="/generate")
     v = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))
     fig = json.loads(v["heatmap"]["plot"])
-    assert fig["layout"]["title"]["text"].startswith("Probability of acceptance, min(1, p/p_prev)")
+    assert fig["layout"]["title"]["text"].startswith("Probability of acceptance<br><sup>min(1, p/p_prev)")
     assert "tested drafts passed" in fig["layout"]["title"]["text"]
     assert "verifies nothing" not in v["heatmap"]["plot"]
     assert v["draft"].endswith(".png") and v["proposal"].endswith(".png")   # panels of words, not blanks

@@ -182,7 +182,7 @@ def test_sd_heatmap_shows_each_tested_position_s_probability_and_verdict(tiny_pa
     for (i, j), p, ok in tested:
         assert t.prob[i, j] == p and t.passed[i, j] == ok and t.resampled[i, j] == (not ok)
     fig = plots.heatmap(trace, None, t)
-    assert "Probability of acceptance, min(1, p/q)" in fig.layout.title.text
+    assert "Probability of acceptance<br><sup>min(1, p/q)</sup>" in fig.layout.title.text
     assert f"{sum(ok for *_, ok in tested)} of {len(tested)} tested drafts passed" in fig.layout.title.text
     marks = [d for d in fig.data if d.type == "scatter"][0]
     assert len(marks.x) == sum(not ok for *_, ok in tested) > 0

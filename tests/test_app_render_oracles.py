@@ -479,8 +479,9 @@ def test_a_later_test_of_a_position_overrides_the_earlier(sd):
     again = dict(s, judged=[c, c], prob=[0.25, 0.75], accepted=[False, True])
     t = render.tests(dataclasses.replace(sd, method="lantern", steps=[s, again]))
     assert t.prob[tuple(c)] == 0.75 and t.passed[tuple(c)] and not t.resampled[tuple(c)]
-    assert t.label.startswith("min(1, p̃/q)")
-    assert render.tests(dataclasses.replace(sd, method="cool")).label == "probability of acceptance"
+    assert t.label.startswith("p̃(x) with q = 1")    # lantern tests EAGLE-2's tree (chosen drafts, q = 1)
+    assert render.tests(dataclasses.replace(sd, method="cool")).label == render.RULES["cool"]   # its own rule
+    assert render.tests(dataclasses.replace(sd, method="unknown")).label == "probability of acceptance"
 
 
 # ---- images: crisp, with_grid, tint, dots, grid_image ---------------------------------------------
@@ -620,15 +621,16 @@ def test_the_key_names_each_island_s_colour_and_size(whole, cascade):
         v = render.verdict(trace)
         _, _, rej, _, isl = expected_verdict(trace)
         key = render.islands_key(v)
-        assert f"below τ ({int(rej.sum())} cells)" in key
-        found = re.findall(r"background:(#[0-9a-f]{6});[^>]*></span> island (\d+): (\d+) cells", key)
+        assert f"below τ ({render.cells(int(rej.sum()))})" in key
+        found = re.findall(r"background:(#[0-9a-f]{6});[^>]*></span> island (\d+): (\d+) cells?", key)
         assert [(c, int(n), int(k)) for c, n, k in found] == \
             [(island_colour(n), n, int((isl == n).sum())) for n in range(1, isl.max() + 1)]
         assert "no islands" not in key
         dot = theme.swatch(theme.REJECTED, round_=True)
         assert key == ("<div class='key'>" + " · ".join(
-            [f"{dot} below τ ({int(rej.sum())} cells)"]
-            + [f"{theme.swatch(island_colour(n))} island {n}: {int((isl == n).sum())} cells" for n in range(1, isl.max() + 1)])
+            [f"{dot} below τ ({render.cells(int(rej.sum()))})"]
+            + [f"{theme.swatch(island_colour(n))} island {n}: {render.cells(int((isl == n).sum()))}"
+               for n in range(1, isl.max() + 1)])
             + "</div>")
     none = render.verdict(whole)
     none.islands[:] = 0
@@ -649,7 +651,7 @@ def test_failed_image_dots_exactly_the_failed_drafts(sd, tokenizer):
     assert (render.failed_image(final, t, grid=True) == render.with_grid(want, 16, 16)).all()
     assert render.islands_key(None, t) == (
         f"<div class='key'>{theme.swatch(theme.REJECTED, round_=True)} draft failed its test, token resampled from "
-        f"the residual ({int(t.resampled.sum())} cells); every other written cell kept its draft or was drawn from p.</div>")
+        f"the residual ({render.cells(int(t.resampled.sum()))}); every other written cell kept its draft or was drawn from p.</div>")
 
 
 # ---- the step canvas and its caption ----------------------------------------------------------
@@ -673,7 +675,7 @@ def expected_panel(canvas, step, marked, tokenizer, grid=False):
         mask = np.zeros((H, W), bool)
         for i, j in step["cells"]:
             mask[i, j] = True
-        layers = ((mask, theme.HIGHLIGHT, 0.55),)
+        layers = ((mask, theme.WRITTEN, theme.WRITTEN_ALPHA),)
     for mask, colour, alpha in layers:
         m = pix(mask, S)
         img[m] = blend(img[m], colour, alpha)
@@ -753,7 +755,9 @@ def test_a_verify_step_marks_passed_below_and_swept_cells(raster):
     assert (out[:r0] == 128).all() and (out[s["band"][1]:] == 128).all()
 
 
-def caption_of(step, n, total):
+def caption_of(step, n, total, steps=None):
+    passes = None if steps is None else sum(int(s["nfe"]) for s in steps)
+    so_far = None if steps is None else sum(int(s["nfe"]) for s in steps[:n])
     who = f"{step['model']}, {step['nfe']} NFE" if step["model"] else "no model pass"
     if step["phase"] == "verify" and "band" in step:
         r0, r1 = step["band"]
@@ -762,7 +766,10 @@ def caption_of(step, n, total):
     else:
         k = len(step["cells"])
         what = f"{k} cell" + ("" if k == 1 else "s") + (f", wave {step['wave'] + 1}" if "wave" in step else "")
-    return f"Step {n} of {total}: **{step['phase']}** ({who}, {step['wall_ms']:.1f} ms), {what}."
+    line = f"Step {n} of {total}: **{step['phase']}** ({who}, {step['wall_ms']:.1f} ms), {what}."
+    if passes is not None and passes != total:   # a step holding two passes: both counts said
+        line += f" Passes so far: {so_far} of {passes}."
+    return line
 
 
 @pytest.mark.parametrize("name", ["banded", "sd"])
@@ -770,8 +777,8 @@ def test_step_captions_name_the_step_s_phase_model_and_counts(name, request):
     trace = request.getfixturevalue(name)
     total = len(trace.steps)
     for n in range(1, total + 1, 1 if name == "banded" else 5):
-        assert render.step_caption(trace, n) == caption_of(trace.steps[n - 1], n, total), n
-    assert render.step_caption(trace, total + 3) == caption_of(trace.steps[-1], total, total)
+        assert render.step_caption(trace, n) == caption_of(trace.steps[n - 1], n, total, trace.steps), n
+    assert render.step_caption(trace, total + 3) == caption_of(trace.steps[-1], total, total, trace.steps)
     assert render.step_caption(trace, 0) == render.step_caption(trace, -2) == f"Before step 1 of {total}: nothing written yet."
 
 
@@ -781,10 +788,13 @@ def test_captions_count_cells_and_waves():
                                    dict(base, model=None, cells=[], phase="upsample"),
                                    dict(phase="verify", model="target", nfe=2, wall_ms=10.04, cells=[], band=[4, 8],
                                         resample=[[True, False], [True, True]])]))()
-    assert render.step_caption(t, 1).endswith("(target, 1 NFE, 1.2 ms), 1 cell, wave 1.")
-    assert render.step_caption(t, 2).endswith("2 cells, wave 3.")
-    assert render.step_caption(t, 3).endswith("**upsample** (no model pass, 1.2 ms), 0 cells, wave 1.")
-    assert render.step_caption(t, 4).endswith("rows 4-7: 0 rejected, 3 to resample in 0 island(s).")
+    # four steps, five passes (the last step holds two): every caption counts the passes too
+    assert render.step_caption(t, 1).endswith("(target, 1 NFE, 1.2 ms), 1 cell, wave 1. Passes so far: 1 of 5.")
+    assert render.step_caption(t, 2).endswith("2 cells, wave 3. Passes so far: 2 of 5.")
+    assert render.step_caption(t, 3).endswith("**upsample** (no model pass, 1.2 ms), 0 cells, wave 1. Passes so far: 3 of 5.")
+    assert render.step_caption(t, 4).endswith("rows 4-7: 0 rejected, 3 to resample in 0 island(s). Passes so far: 5 of 5.")
+    one = type("T", (), dict(steps=[base, dict(base, wave=1)]))()      # one pass a step: no tally
+    assert render.step_caption(one, 2).endswith("1 cell, wave 2.")
 
 
 # ---- message_image ----------------------------------------------------------------------------

@@ -453,16 +453,20 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def forward_visible(self, captions, prefix_mask, tokens: torch.Tensor, grid, visible: torch.Tensor,
-                        drop=None) -> torch.Tensor:
+                        drop=None, upto: int | None = None) -> torch.Tensor:
         """The cache-free reference of the engine's primitive. tokens (B, N) at every cell, visible (N,)
         bool: the query at cell t attends to the valid prefix, to the visible cells before it and to
-        itself; a cell that is not visible is seen by no other query. -> (B, N, V), [:, t] predicting t + 1."""
+        itself; a cell that is not visible is seen by no other query. -> (B, N, V), [:, t] predicting t + 1.
+        upto (optional): only the queries of cells 0 .. upto - 1 (attention is causal: the same rows, for
+        a fraction of the work when a cell early in the raster is asked about)."""
+        if upto is not None:
+            tokens, visible = tokens[:, :upto], visible[:upto]
         B, N = tokens.shape
         P = self.cfg.prefix_len
         x = torch.cat([self.prefix_embeddings(captions, drop), self.tok_embeddings(tokens)], dim=1)
         cond = self.cell_conditioning(captions, grid, drop)
         if cond is not None:  # slot P - 1 + n predicts cell n
-            x = torch.cat([x[:, :P - 1], x[:, P - 1:P - 1 + N] + cond.to(x.dtype), x[:, P - 1 + N:]], dim=1)
+            x = torch.cat([x[:, :P - 1], x[:, P - 1:P - 1 + N] + cond[:, :N].to(x.dtype), x[:, P - 1 + N:]], dim=1)
         L = P + N
         key_ok = torch.cat([prefix_mask, visible[None].expand(B, -1)], dim=1)                  # (B, L)
         causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()

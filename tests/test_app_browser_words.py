@@ -1,0 +1,138 @@
+"""The page as a person sees it, in Debian's chromium at 1440×900 and 1024×768: the
+preset menu names its preset on a fresh page and a preset's words keep r and l on the first screen;
+example prompts shown whole; the live canvas without a label over the draft; a Jacobi run's own words,
+rule and canvas key, with the heatmap's title clear of Plotly's toolbar; a knob moved after a run marks
+the results out of date; a replayed trace's knobs in the sidebar; the Compare tab's images and table
+whole at 1024 wide."""
+import json
+
+import pytest
+
+from chromium import LONG, MISSING, generate_and_wait, open_page, present
+from test_app_browser import app_url, browser  # noqa: F401 (the same app and browser fixtures, one per module)
+
+pytestmark = pytest.mark.skipif(not present(), reason=MISSING)
+
+
+def box(page, sel):
+    return page.locator(sel).first.bounding_box()
+
+
+def overlap(a, b):
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (1024, 768)])
+def test_a_fresh_page_names_its_preset_and_a_preset_s_words_keep_r_and_l_on_the_first_screen(browser, app_url,
+                                                                                             width, height):
+    page = open_page(browser, app_url, width, height)
+    assert page.locator("#preset input").input_value() == "Default operating point"
+    before = {k: box(page, f"#{k}") for k in ("scale", "radius")}
+    page.locator("#preset input").click()
+    page.get_by_role("option", name="Default operating point").click()
+    page.locator("#preset-info").get_by_text("MuLo-SD at its default").wait_for()
+    page.evaluate("() => window.scrollTo(0, 0)")
+    for knob in ("scale", "radius"):
+        b = box(page, f"#{knob}")
+        assert abs(b["y"] - before[knob]["y"]) < 2, knob      # the preset's words open under the knobs
+        if height >= 900:
+            assert b["y"] + b["height"] <= height, (knob, b)
+    page.close()
+
+
+def test_example_prompts_are_shown_whole(browser, app_url):
+    from app.ui import EXAMPLES
+    page = open_page(browser, app_url)
+    page.get_by_text("Prompts: examples and builder").click()
+    for text in EXAMPLES:
+        button = page.get_by_role("button", name=text, exact=True)
+        button.wait_for()
+        assert page.evaluate("b => b.scrollWidth <= b.clientWidth + 1", button.element_handle())   # not cut
+    page.get_by_role("button", name=EXAMPLES[3], exact=True).click()
+    from playwright.sync_api import expect
+    expect(page.locator("#prompt textarea")).to_have_value(EXAMPLES[3])
+    page.close()
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (1024, 768)])
+def test_a_jacobi_run_says_its_own_words_and_its_heatmap_title_is_clear_of_the_toolbar(browser, app_url, width,
+                                                                                       height, tmp_path):
+    from playwright.sync_api import expect
+    page = open_page(browser, app_url + "?method=pjd", width, height)
+    expect(page.locator("#canvas-key")).not_to_contain_text("τ")
+    page.evaluate("""() => { window.__label = false; new MutationObserver(() => {
+        const live = document.querySelector('#live');
+        if (live && live.offsetParent !== null && live.querySelector('img')) {
+            const l = live.querySelector('label, [data-testid=block-label]');
+            if (l && l.offsetParent !== null) window.__label = true; } })
+        .observe(document.body, {subtree: true, childList: true, attributes: true}); }""")
+    generate_and_wait(page)
+    assert not page.evaluate("() => window.__label")     # no label over the streamed draft
+    expect(page.get_by_text("pjd drafts with the target itself")).to_be_visible()
+    expect(page.locator("#heatmap .gtitle")).to_contain_text("row's Jacobi iterate")
+    expect(page.locator("#heatmap")).to_contain_text("counts every test")
+    expect(page.locator("#speedup")).to_contain_text("of every test; the heatmap: each position's last")
+    expect(page.locator("#step")).to_contain_text("Passes so far")
+    page.locator("#heatmap .nsewdrag").first.hover()
+    page.wait_for_timeout(500)
+    bar = page.locator("#heatmap .modebar")
+    page.screenshot(path=str(tmp_path / "pjd.png"), full_page=True)
+    if bar.count() and bar.first.is_visible():
+        for title in page.locator("#heatmap .gtitle, #heatmap .gtitle tspan").all():
+            assert not overlap(title.bounding_box(), bar.first.bounding_box()), (title.bounding_box(),
+                                                                                 bar.first.bounding_box())
+    # a knob moved by hand marks the results out of date; a new run clears the mark
+    results = page.locator("#results")
+    assert "outdated" not in results.get_attribute("class")
+    page.locator("#seed input").fill("3")
+    page.locator("#seed input").press("Tab")
+    expect(results).to_have_class(__import__("re").compile(r"\boutdated\b"))
+    note = page.evaluate("() => getComputedStyle(document.querySelector('#results'), '::before').content")
+    assert "knobs have changed" in note
+    generate_and_wait(page)
+    expect(results).not_to_have_class(__import__("re").compile(r"\boutdated\b"))
+    page.close()
+
+
+def test_a_replayed_trace_puts_its_knobs_in_the_sidebar(browser, app_url, tmp_path):
+    from playwright.sync_api import expect
+
+    from app import files, inputs
+    from core import engine
+    kn = {**inputs.DEFAULTS, "method": "zipar", "radius": 1, "window": 8}
+    trace = engine.run(inputs.run_config(*[kn[k] for k in inputs.KNOBS]))
+    path = files.trace_file(trace)
+    assert json.load(open(path))["params"]["radius"] == 1
+    page = open_page(browser, app_url)
+    page.get_by_role("tab", name="Trace files").click()
+    page.locator("#upload input[type=file]").set_input_files(path)
+    page.wait_for_timeout(1500)
+    page.locator("#replay").click()
+    expect(page.locator("#status")).to_contain_text("Replayed", timeout=LONG)
+    expect(page.locator("#radius input[type=number]")).to_have_value("1")
+    expect(page.locator("#preset input")).to_have_value("")       # the trace's own knobs, no preset named
+    expect(page.locator("#method input")).to_have_value("zipar")
+    page.close()
+
+
+def test_the_compare_tab_shows_every_image_and_every_column_at_1024_wide(browser, app_url):
+    from playwright.sync_api import expect
+    page = open_page(browser, app_url, 1024, 768)
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-run").click()
+    expect(page.locator("#compare-status")).to_contain_text("Compared", timeout=LONG)
+    page.wait_for_timeout(1500)
+    gallery = page.locator(".gallery-container, [data-testid=gallery]").first
+    imgs = page.locator("#compare-run").locator("xpath=ancestor::div[contains(@class,'tabitem')]").locator(
+        "button img, .thumbnail-item img")
+    n = imgs.count()
+    assert n >= 12, n
+    g = gallery.bounding_box()
+    for i in range(n):
+        b = imgs.nth(i).bounding_box()
+        assert b["y"] >= g["y"] - 1 and b["y"] + b["height"] <= g["y"] + g["height"] + 1, (i, b, g)
+    wide = page.evaluate("""() => { const t = document.querySelector('#compare-table table');
+        const s = t.closest('.table-wrap') || t.parentElement; return [t.scrollWidth, s.clientWidth]; }""")
+    assert wide[0] <= wide[1] + 2, wide
+    page.close()

@@ -1,0 +1,134 @@
+"""The Lesson tab: each step produces the phenomenon its text names, with numbers read from its own
+runs (never written in advance); the entropy it quotes against cache-free forwards; the lesson walked
+start to end in the real browser, the words on the page equal to the table beside them."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from app import lesson
+from chromium import LONG, MISSING, launch, open_page, present
+from core import engine
+from core.config import RunConfig
+from core.sampling import processed
+
+PROMPT, SEED = RunConfig().prompt, 0
+
+
+def run(n: int, prompt=PROMPT, seed=SEED):
+    out = None
+    for out in lesson.run_step(None, n, prompt, seed):
+        pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def steps():
+    return {n: run(n) for n in range(1, len(lesson.STEPS) + 1)}
+
+
+def _table(out) -> dict:
+    return {row[0]: dict(zip(lesson.COLUMNS, row)) for row in out[1]}
+
+
+def _pc(text: str) -> float:
+    return float(text.rstrip(" %")) / 100
+
+
+def test_there_are_eight_steps_from_ar_to_the_frontier():
+    assert len(lesson.STEPS) == 8
+    assert lesson.STEPS[0].title.startswith("1. ar") and "frontier" in lesson.STEPS[-1].title
+
+
+def test_each_step_shows_the_phenomenon_its_text_names(steps):
+    t = {n: _table(out) for n, out in steps.items()}
+    assert t[1]["ar"]["target passes"] == 1024 and t[1]["ar"]["drafter passes"] == 0
+    assert _pc(t[2]["sd"]["passed test"]) < 0.5                                          # sd: low acceptance
+    assert _pc(t[3]["lantern, δ = 0.4"]["passed test"]) > _pc(t[3]["eagle"]["passed test"])   # relaxation
+    assert t[3]["lantern, δ = 0.4"]["log-lik gap (nats/token)"] < t[3]["eagle"]["log-lik gap (nats/token)"]
+    assert len(steps[4][0]) == 3 and t[4]["mulo"]["drafter passes"] == 256                # draft, proposal, final
+    assert _pc(t[5]["k 16, τ 0.5"]["passed test"]) > _pc(t[5]["k 0, τ 0.5"]["passed test"])   # pooling
+    assert _pc(t[5]["k 16, τ 0.5"]["passed test"]) >= _pc(t[5]["k 16, τ 0.9"]["passed test"])
+    assert t[6]["l 2"]["cells resampled"] >= t[6]["l 0"]["cells resampled"]               # expansion by l
+    assert t[7]["serial"]["target passes"] > t[7]["islands"]["target passes"]            # parallel resampling
+    fast, strict = t[8]["τ 0 (no verification)"], t[8]["τ 0.9"]
+    assert fast["passes (target + drafter)"] < strict["passes (target + drafter)"]
+    assert fast["log-lik gap (nats/token)"] < strict["log-lik gap (nats/token)"] - 1.0     # what verification buys
+
+
+def test_the_words_of_each_step_quote_its_own_table(steps):
+    t = {n: _table(out) for n, out in steps.items()}
+    assert f"**{t[2]['sd']['passed test']} of the drafts passed**" in steps[2][2]
+    assert f"**{t[3]['lantern, δ = 0.4']['passed test']} passed**" in steps[3][2]
+    assert f"{t[6]['l 2']['cells resampled']} cells in" in steps[6][2]
+    fewest = min(("serial", "islands", "jacobi"), key=lambda k: t[7][k]["target passes"])
+    assert steps[7][4].startswith(f"{fewest} ({t[7][fewest]['target passes']} target passes)")
+    assert steps[1][3] == "**Question.** " + lesson.STEPS[0].question
+
+
+def test_another_seed_gives_other_numbers_in_the_same_words():
+    """Control: the text is computed from the run, so a different seed changes the quoted numbers."""
+    a, b = run(2, seed=0), run(2, seed=1)
+    assert re.sub(r"[\d.]+", "N", a[2]) == re.sub(r"[\d.]+", "N", b[2]) and a[2] != b[2]
+
+
+def test_the_entropy_quoted_is_the_targets_over_a_cache_free_forward_of_each_prefix():
+    pair = engine.load_pair()
+    tr = engine.run(RunConfig(method="sd", prompt=PROMPT, seed=SEED))
+    median, flat = lesson.entropy_of(pair, tr)
+    from core.decoding import Decoder
+    s = RunConfig().sampling
+    ids, mask = pair.caption(PROMPT, pair.grid)
+    dec = Decoder(pair.target, pair.grid, ids, mask, s, "cpu")
+    tokens = torch.as_tensor(np.asarray(tr.tokens).reshape(-1))
+    N, B = tokens.shape[0], dec.captions.shape[0]
+    visible = torch.ones(N, dtype=torch.bool)
+    with torch.inference_mode():
+        logits = pair.target.forward_visible(dec.captions, dec.masks, tokens[None].expand(B, N), pair.grid,
+                                             visible, drop=dec.drop)
+        dec.prefill()
+    p = torch.cat([dec.p0[None], processed(logits, s, cells=torch.arange(1, N + 1))[0, :N - 1]]).double()
+    h = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
+    assert median == pytest.approx(float(np.median(h.numpy())), abs=1e-4)
+    assert flat == pytest.approx(float((p.max(-1).values < 0.5).double().mean()), abs=1e-3)
+    import dataclasses
+    cold = lesson.entropy_of(pair, dataclasses.replace(tr, params={**tr.params, "temperature": 0.5}))
+    assert cold[0] < median - 0.1                              # control: a colder distribution is less flat
+
+
+def test_a_step_out_of_range_is_refused_by_name():
+    import gradio as gr
+    with pytest.raises(gr.Error, match="lesson step must be 1 to 8; got 9"):
+        run(9)
+
+
+@pytest.mark.skipif(not present(), reason=MISSING)
+def test_the_lesson_walked_start_to_end_in_the_browser():
+    """Open the Lesson tab, press each of the eight buttons in turn, wait for its Done, and read the
+    page as a person would: the table, the words, the question, the folded answer."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from appserver import running_app
+    with running_app() as url, sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = open_page(browser, url)
+            page.get_by_role("tab", name="Lesson").click()
+            for n, step in enumerate(lesson.STEPS, 1):
+                page.locator(f"#lesson-{n}").click()
+                expect(page.locator("#lesson-status")).to_contain_text(f"Done: {step.title}", timeout=LONG)
+                expect(page.locator("#lesson-question")).to_contain_text(step.question)
+                for label, _ in step.runs:
+                    expect(page.locator("#lesson-table")).to_contain_text(label)
+                look = page.locator("#lesson-look").inner_text()
+                assert look.strip() and "{" not in look
+                if n == 2:   # the passed share the words quote is the one in the table
+                    quoted = re.search(r"([\d.]+ %) of the drafts passed", look).group(1)
+                    assert quoted in page.locator("#lesson-table").inner_text()
+                page.locator("#lesson-answer-fold").click()
+                expect(page.locator("#lesson-answer")).not_to_be_empty()
+                page.locator("#lesson-answer-fold").click()
+            expect(page.locator("#lesson-gallery img").first).to_be_visible()
+        finally:
+            browser.close()
