@@ -134,9 +134,9 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                 yield _stopped(run.method, "while the ar baseline ran")
                 return
             timed = dict(run=run_at, baseline=base_at, baseline_remembered=remembered)
-    state = dict(trace=trace, baseline=baseline, timed=timed,
-                 quality=per_image.against_ar(pair, trace, baseline),
-                 ambiguity=ambiguity.measure(pair, trace))   # the target's entropy per cell, once per run
+    amb = ambiguity.measure(pair, trace)   # the target over the run's tokens, once: entropy and log-lik both
+    state = dict(trace=trace, baseline=baseline, timed=timed, ambiguity=amb,
+                 quality=per_image.against_ar(pair, trace, baseline, probs=amb.p_final))
     yield (state, f"Done: **{run.method}**, seed {run.seed}.", files.trace_file(trace),
            gr.update(value=None, visible=False), gr.Column(elem_classes=["results"]), *rows(state), *views(state, show_grid))
 
@@ -170,8 +170,8 @@ def add_baseline(request: gr.Request | None, state, show_grid=False):
         except Stopped:
             yield (gr.skip(), "Stopped the ar baseline; the views are unchanged.", *(gr.skip() for _ in VIEWS))
             return
+    amb = state.get("ambiguity") or ambiguity.measure(pair, trace)   # a replay's, measured here
     new = dict(state, baseline=baseline, timed=dict(run=(state.get("timed") or {}).get("run"), baseline=at,
                                                     baseline_remembered=False),
-               quality=per_image.against_ar(pair, trace, baseline),
-               ambiguity=state.get("ambiguity") or ambiguity.measure(pair, trace))   # a replay's, measured here
+               quality=per_image.against_ar(pair, trace, baseline, probs=amb.p_final), ambiguity=amb)
     yield (new, f"ar baseline timed for seed {trace.seed}.", *views(new, show_grid))

@@ -18,12 +18,13 @@ SETS = ("The set yardsticks (detail FD to ar's samples, FD to the data) need man
         "`python -m core bench` measures them.")
 
 
-def against_ar(pair, trace, baseline, image=None, ar_image=None) -> dict | None:
+def against_ar(pair, trace, baseline, image=None, ar_image=None, probs=None) -> dict | None:
     """likelihood.against_ar of a run with its ar baseline; None for ar itself (the reference) or
-    without a baseline (a replay before its baseline is run)."""
+    without a baseline (a replay before its baseline is run). probs: the run's tokens' p_target when
+    already read (the ambiguity view's pass), so the target is not run over them twice."""
     if baseline is None or trace.method == "ar":
         return None
-    return likelihood.against_ar(pair, trace, baseline, image, ar_image)
+    return likelihood.against_ar(pair, trace, baseline, image, ar_image, probs)
 
 
 def signed(x: float, digits: int) -> str:

@@ -51,9 +51,11 @@ def token_logprobs(pair: ModelPair, prompt: str, tokens, sampling: SamplingConfi
     return np.log(np.maximum(got, IMPOSSIBLE))
 
 
-def loglik(pair: ModelPair, prompt: str, tokens, sampling: SamplingConfig) -> dict:
-    """{'loglik': mean log-probability per token (nats), 'impossible': cells at the floor}."""
-    lp = token_logprobs(pair, prompt, tokens, sampling)
+def loglik(pair: ModelPair, prompt: str, tokens, sampling: SamplingConfig, probs=None) -> dict:
+    """{'loglik': mean log-probability per token (nats), 'impossible': cells at the floor}. probs
+    (optional): p_target of each token, already read from target_distribution (no forward then)."""
+    lp = token_logprobs(pair, prompt, tokens, sampling) if probs is None else \
+        np.log(np.maximum(np.asarray(probs, np.float64).reshape(-1), IMPOSSIBLE))
     return dict(loglik=float(lp.mean()), impossible=int((lp <= math.log(IMPOSSIBLE) + 1e-9).sum()))
 
 
@@ -63,15 +65,16 @@ def sampling_of(trace) -> SamplingConfig:
     return SamplingConfig(**{k: v for k, v in trace.params.items() if k in names})
 
 
-def against_ar(pair: ModelPair, trace, ar_trace, image=None, ar_image=None) -> dict:
+def against_ar(pair: ModelPair, trace, ar_trace, image=None, ar_image=None, probs=None) -> dict:
     """One run's per-image yardsticks against the ar run of the same prompt and seed: sharpness ÷ ar
     (high-frequency energy ratio), both log-likelihoods and their gap (nats per token, under the
-    processed distribution of the run). Images are decoded from the traces unless given."""
+    processed distribution of the run). Images are decoded from the traces unless given; probs: the
+    run's own tokens' p_target when a caller has read them already (core.ambiguity's p_final)."""
     from . import engine, yardsticks
     image = engine.decode_image(trace.tokens, pair.tokenizer) if image is None else image
     ar_image = engine.decode_image(ar_trace.tokens, pair.tokenizer) if ar_image is None else ar_image
     s = sampling_of(trace)
-    ll, ar_ll = loglik(pair, trace.prompt, trace.tokens, s), loglik(pair, ar_trace.prompt, ar_trace.tokens, s)
+    ll, ar_ll = loglik(pair, trace.prompt, trace.tokens, s, probs), loglik(pair, ar_trace.prompt, ar_trace.tokens, s)
     return dict(sharpness=yardsticks.laplacian_energy(image) / max(yardsticks.laplacian_energy(ar_image), 1e-12),
                 loglik=ll["loglik"], ar_loglik=ar_ll["loglik"], loglik_gap=ll["loglik"] - ar_ll["loglik"],
                 impossible=ll["impossible"])

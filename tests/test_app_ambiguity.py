@@ -319,3 +319,16 @@ def test_the_ambiguity_and_codebook_views_read_in_the_browser():
             expect(page.locator("#codebook img").first).not_to_have_attribute("src", before, timeout=30_000)
         finally:
             browser.close()
+
+
+def test_the_log_lik_gap_read_from_the_ambiguity_pass_equals_its_own_forward():
+    """Generate runs the target over the run's tokens once: the log-lik gap built from the ambiguity
+    view's p_final is the one likelihood's own forward gives."""
+    from core import ambiguity, engine, likelihood
+    from core.config import RunConfig
+    pair = engine.load_pair()
+    run, ar = engine.run(RunConfig(seed=2)), engine.run(RunConfig(method="ar", seed=2))
+    shared = likelihood.against_ar(pair, run, ar, probs=ambiguity.measure(pair, run).p_final)
+    own = likelihood.against_ar(pair, run, ar)
+    assert shared["loglik"] == pytest.approx(own["loglik"], abs=1e-9) and shared["impossible"] == own["impossible"]
+    assert shared["loglik_gap"] == pytest.approx(own["loglik_gap"], abs=1e-9)
