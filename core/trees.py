@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .acceptance import accepts
 from .decoding import Decoder
 from .sampling import processed, sample
 
@@ -261,15 +262,6 @@ def point_rule(p: torch.Tensor, x: int, q) -> tuple[float, torch.Tensor, None]:
     return a, _normalized(rest, p), None
 
 
-def sampled_rule(p: torch.Tensor, x: int, q: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """The lossless test for children sampled from q without replacement: accept with min(1, p/q);
-    on rejection p becomes normalize(max(0, p - q)) and x leaves q."""
-    a = min(1.0, float(p[x]) / max(float(q[x]), 1e-20))
-    q_rest = q.clone()
-    q_rest[x] = 0.0
-    return a, _normalized((p - q).clamp_min(0.0), p), _normalized(q_rest, q)
-
-
 @dataclass
 class Walk:
     path: list[int]               # accepted nodes, root's child first
@@ -279,11 +271,9 @@ class Walk:
     verdict: list[int]            # per node: 1 accepted, 0 rejected, -1 not tried
 
 
-def walk(tree: Tree, probs: torch.Tensor, rule: Rule, gen: torch.Generator, sampled: bool = False,
-         accepts=None) -> Walk:
-    """Down the tree from the root with `rule`; probs (1 + n, V): the root's row, then the nodes'."""
-    from .acceptance import accepts as draw
-    accepts = accepts or draw
+def walk(tree: Tree, probs: torch.Tensor, rule: Rule, gen: torch.Generator, sampled: bool = False) -> Walk:
+    """Down the tree from the root with `rule`; probs (1 + n, V): the root's row, then the nodes'.
+    sampled: the children were drawn from the head's q (the rule reads q and updates it)."""
     verdict = [-1] * len(tree)
     tried: list[tuple[int, float, bool]] = []
     path: list[int] = []

@@ -88,15 +88,11 @@ def load_gpt(name: str, assets: Path = ASSETS, verify: bool = True) -> GPT:
     return model.eval()
 
 
-@lru_cache(maxsize=None)
-def load_upsampler(name: str, r: int, assets: Path = ASSETS, verify: bool = True) -> torch.nn.Module:
-    """The shipped network of upsampler=name (sr, learned) for scale r; AssetError names the file."""
-    key = asset_name(name, r)
-    if key not in FILES:
-        raise AssetError(f"upsampler={name} has no trained network for scale={r}")
+def _load_network(key: str, build, assets: Path, verify: bool) -> torch.nn.Module:
+    """A shipped network built by build(its manifest config) and loaded; AssetError names the file
+    when it is missing, corrupt or does not fit that configuration."""
     entry, state = _entry(key, assets, verify)
-    cls, cfg_cls = (SRNet, SRConfig) if name == "sr" else (TokenUpsampler, TokenUpsamplerConfig)
-    model = cls(cfg_cls(**entry["config"]))
+    model = build(entry["config"])
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
@@ -105,16 +101,20 @@ def load_upsampler(name: str, r: int, assets: Path = ASSETS, verify: bool = True
 
 
 @lru_cache(maxsize=None)
+def load_upsampler(name: str, r: int, assets: Path = ASSETS, verify: bool = True) -> torch.nn.Module:
+    """The shipped network of upsampler=name (sr, learned) for scale r; AssetError names the file."""
+    key = asset_name(name, r)
+    if key not in FILES:
+        raise AssetError(f"upsampler={name} has no trained network for scale={r}")
+    cls, cfg_cls = (SRNet, SRConfig) if name == "sr" else (TokenUpsampler, TokenUpsamplerConfig)
+    return _load_network(key, lambda cfg: cls(cfg_cls(**cfg)), assets, verify)
+
+
+@lru_cache(maxsize=None)
 def load_head(assets: Path = ASSETS, verify: bool = True) -> torch.nn.Module:
     """The shipped EAGLE draft head of the target (tree methods); AssetError names the file."""
     from ..models.eagle import DraftHead, HeadConfig
-    entry, state = _entry("eagle", assets, verify)
-    model = DraftHead(HeadConfig(**entry["config"]))
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        raise AssetError(f"{assets / FILES['eagle']} does not fit its manifest configuration: {str(e)[:200]}") from None
-    return model.eval()
+    return _load_network("eagle", lambda cfg: DraftHead(HeadConfig(**cfg)), assets, verify)
 
 
 def load_classifier(assets: Path = ASSETS, verify: bool = True) -> Classifier:

@@ -60,7 +60,7 @@ def start(ctx: MethodContext):
                                    dict(fed=f["fed"]))
 
 
-def draft_step(hd: HeadDecoder, tree: Tree, root: int, wall_ms: float, nfe: int, fed: int, W: int) -> Step:
+def draft_step(tree: Tree, root: int, wall_ms: float, nfe: int, fed: int, W: int) -> Step:
     order = list(range(len(tree)))[::-1]      # the best-ranked nodes of a cell listed last (drawn on top)
     return Step("draft", "drafter", nfe, wall_ms, cells_of([root + tree.depth[n] for n in order], W),
                 [tree.token[n] for n in order], dict(fed=fed, nodes=len(tree), depth=max(tree.depth, default=0)))
@@ -103,7 +103,7 @@ def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = F
         f: dict = {}
         with timed(f, (hd,)):
             tree = grow(hd, root, final, N - 1 - root)
-        yield draft_step(hd, tree, root, f["wall_ms"], f["nfe"], f["fed"], W)
+        yield draft_step(tree, root, f["wall_ms"], f["nfe"], f["fed"], W)
         f = {}
         with timed(f, (target,)):
             probs, out = verify(target, tree, root, final)
