@@ -114,6 +114,9 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--model", default=model, choices=list(engine.pair_loaders()),
                    help="model pair; sets the sampling defaults below (default: %(default)s)")
     p.add_argument("--prompt", default="a large red circle center on a striped blue background")
+    p.add_argument("--tar-ids", default=None, metavar="FILE",
+                   help="Tar pairs: a file of TA-Tok ids (text, JSON, .npy or .pt) that conditions both models; "
+                   "the run's prompt is its path")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--k", type=int, default=m.k, help="codebook neighbours pooled (mulo)")
     p.add_argument("--tau", type=float, default=m.tau, help="acceptance threshold on pooled mass (mulo)")
@@ -172,7 +175,12 @@ def run_config(args, method: str):
     from .config import MethodParams, RunConfig, SamplingConfig
     params = MethodParams(**{f.name: getattr(args, f.name) for f in fields(MethodParams)})
     sampling = SamplingConfig(**{f.name: getattr(args, f.name) for f in fields(SamplingConfig)})
-    return RunConfig(method=method, prompt=args.prompt, seed=args.seed, sampling=sampling, params=params,
+    prompt = args.prompt
+    if getattr(args, "tar_ids", None):
+        if not args.model.startswith("tar-"):
+            raise UsageError(f"--tar-ids conditions a Tar pair (--model tar-...); --model is {args.model}")
+        prompt = args.tar_ids
+    return RunConfig(method=method, prompt=prompt, seed=args.seed, sampling=sampling, params=params,
                      model=args.model)
 
 

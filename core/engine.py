@@ -24,26 +24,28 @@ from .trace import Step, Trace, totals
 def pair_loaders() -> dict[str, Callable[[], ModelPair]]:
     """Model pairs by name: the embedded family, then outside families (their weights load on demand)."""
     from .embedded import family
-    from .models import llamagen
-    return {"embedded": family.load_pair, **llamagen.pair_loaders()}
+    from .models import llamagen, tar
+    return {"embedded": family.load_pair, **llamagen.pair_loaders(), **tar.pair_loaders()}
 
 
 def found_pairs() -> dict[str, str]:
     """{pair name: one line on it} for the pairs whose weights are on this machine, embedded first.
     Looks at files only; nothing is loaded."""
     from .embedded import family
-    from .models import llamagen
-    return {"embedded": family.DESCRIPTION, **llamagen.found_pairs()}
+    from .models import llamagen, tar
+    return {"embedded": family.DESCRIPTION, **llamagen.found_pairs(), **tar.found_pairs()}
 
 
 def pair_facts(name: str) -> dict:
     """Codebook size, mulo scales, default sampling and prompt kind of a pair, without loading it."""
     from .embedded import family
-    from .models import llamagen
+    from .models import llamagen, tar
     if name == "embedded":
         return family.pair_facts()
     if name in llamagen.PAIRS:
         return llamagen.pair_facts(name)
+    if name in tar.PAIRS:
+        return tar.pair_facts(name)
     raise ValueError(f"unknown model pair {name!r}; available: {', '.join(pair_loaders())}")
 
 

@@ -46,6 +46,10 @@ class GPTConfig:
     layout_places: int = 0           # > 0: layout conditioning over a side x side grid of places (9: 3x3)
     layout_factors: tuple = ()       # attribute counts per place, e.g. (5, 8, 3): shape, colour, size
     layout_template: tuple = ()      # factors (e.g. shape, size) that jointly pick a learned template
+    abs_positions: int = 0           # > 0: a learned absolute position per slot (table abs_pe of this many
+    #                                  rows, added to the input) and no RoPE in attention (Tar's AR-DTok)
+    caption_proj: str = "mlp"        # "linear": one biased Linear from caption features, and the null
+    #                                  caption of CFG is all-zero features (Tar's AR-DTok)
 
     def __post_init__(self):
         object.__setattr__(self, "layout_factors", tuple(self.layout_factors))  # JSON gives a list
@@ -53,6 +57,8 @@ class GPTConfig:
         if self.layout_places and (math.isqrt(self.layout_places) ** 2 != self.layout_places
                                    or not self.layout_factors or self.rope_ref_grid <= 0):
             raise ValueError("layout conditioning needs a square layout_places, layout_factors and rope_ref_grid")
+        if self.caption_proj not in ("mlp", "linear"):
+            raise ValueError(f"caption_proj must be mlp or linear; got {self.caption_proj!r}")
 
     @property
     def layout_len(self) -> int:
@@ -118,8 +124,10 @@ class Attention(nn.Module):
     def forward(self, x, rope, ctx, layer: int):
         B, T, D = x.shape
         qk, v = self.wqkv(x).split([2 * D, D], dim=-1)
-        # q and k rotated in one call (the same elementwise arithmetic as one call each)
-        qk = apply_rope(qk.view(B, T, 2 * self.n_head, self.head_dim), rope).transpose(1, 2)  # (B, 2h, T, d)
+        # q and k rotated in one call (the same elementwise arithmetic as one call each); rope None:
+        # positions are absolute, added to the input (abs_positions)
+        qk = qk.view(B, T, 2 * self.n_head, self.head_dim)
+        qk = (qk if rope is None else apply_rope(qk, rope)).transpose(1, 2)                   # (B, 2h, T, d)
         q, k = qk.split(self.n_head, dim=1)                                                    # (B, h, T, d)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k_all, v_all, mask = ctx.keys(layer, k, v)  # (B, h, S, d), mask (B, 1, T, S)
@@ -152,18 +160,26 @@ class MLP(nn.Module):
 
 
 class CaptionEmbedder(nn.Module):
-    """Projects caption features to the model width; a learned null caption serves CFG."""
+    """Projects caption features to the model width; a null caption serves CFG: learned (the MLP
+    projection, LlamaGen) or all-zero features (the linear projection, Tar's AR-DTok)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.cap_proj = MLP(cfg.caption_dim, cfg.dim, cfg.dim, bias=cfg.caption_bias)
-        self.uncond_embedding = nn.Parameter(torch.randn(cfg.prefix_len, cfg.caption_dim) / cfg.caption_dim ** 0.5)
+        if cfg.caption_proj == "linear":
+            self.cap_proj = nn.Linear(cfg.caption_dim, cfg.dim)
+            self.uncond_embedding = None
+        else:
+            self.cap_proj = MLP(cfg.caption_dim, cfg.dim, cfg.dim, bias=cfg.caption_bias)
+            self.uncond_embedding = nn.Parameter(torch.randn(cfg.prefix_len, cfg.caption_dim) / cfg.caption_dim ** 0.5)
 
     def forward(self, feats: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
         # feats (B, P, C); drop (B,) bool rows replaced by the null caption
         if drop is not None:
-            feats = torch.where(drop[:, None, None], self.uncond_embedding[None].to(feats.dtype), feats)
-        return self.cap_proj(feats.to(self.cap_proj.fc1.weight.dtype))
+            null = (torch.zeros_like(feats[:1]) if self.uncond_embedding is None
+                    else self.uncond_embedding[None].to(feats.dtype))
+            feats = torch.where(drop[:, None, None], null, feats)
+        weight = self.cap_proj.weight if self.uncond_embedding is None else self.cap_proj.fc1.weight
+        return self.cap_proj(feats.to(weight.dtype))
 
 
 class LabelEmbedder(nn.Module):
@@ -354,6 +370,8 @@ class GPT(nn.Module):
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layer))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.abs_positions > 0:
+            self.abs_pe = nn.Parameter(torch.randn(1, cfg.abs_positions, cfg.dim) * 0.02)
         self._rope: dict = {}
         self._step = None  # compiled decode_one, set by compile_step
         self.apply(self._init)
@@ -420,8 +438,24 @@ class GPT(nn.Module):
         feats = self.caption_words(captions) if captions.dtype in (torch.int32, torch.int64) else captions
         return self.cls_embedding(feats, drop)
 
+    def placed(self, x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D) at slots (T,) plus each slot's absolute position (abs_positions; x unchanged
+        otherwise). The table holds one row fewer than the slots (nothing is fed after the last
+        cell in the official sampler); the last cell's slot, whose output predicts no cell and whose
+        keys no other query reads, takes the last row."""
+        if self.cfg.abs_positions == 0:
+            return x
+        return x + self.abs_pe[0, slots.clamp(max=self.cfg.abs_positions - 1)].to(x.dtype)
+
+    def check_grid(self, grid: tuple[int, int]) -> None:
+        """A model with absolute positions serves grids up to the cells its table holds."""
+        n = self.cfg.abs_positions - self.cfg.prefix_len + 1
+        if self.cfg.abs_positions and grid[0] * grid[1] > n:
+            raise ValueError(f"this model's position table holds {n} cells; a {grid[0]}x{grid[1]} grid has "
+                             f"{grid[0] * grid[1]}")
+
     def _trunk(self, x, rope, ctx):
-        rope = rope_parts(rope)
+        rope = rope_parts(rope) if self.cfg.abs_positions == 0 else None
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, ctx, i)
         h = self.norm(x)
@@ -440,6 +474,7 @@ class GPT(nn.Module):
         if cond is not None:  # slot P - 1 predicts cell 0, slot P + t cell t + 1
             x = torch.cat([x[:, :P - 1], x[:, P - 1:] + cond.to(x.dtype)], dim=1)
         L = P + N - 1
+        x = self.placed(x, torch.arange(L, device=x.device))
         mask = None  # plain causal attention (the fast kernel) unless some prefix slots are padding
         if not bool(prefix_mask.all()):
             causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
@@ -468,6 +503,7 @@ class GPT(nn.Module):
         if cond is not None:  # slot P - 1 + n predicts cell n
             x = torch.cat([x[:, :P - 1], x[:, P - 1:P - 1 + N] + cond[:, :N].to(x.dtype), x[:, P - 1 + N:]], dim=1)
         L = P + N
+        x = self.placed(x, torch.arange(L, device=x.device))
         key_ok = torch.cat([prefix_mask, visible[None].expand(B, -1)], dim=1)                  # (B, L)
         causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
         mask = (causal[None] & key_ok[:, None, :]) | torch.eye(L, dtype=torch.bool, device=x.device)[None]
@@ -496,6 +532,8 @@ class GPT(nn.Module):
         causal = torch.ones(P, P, dtype=torch.bool, device=x.device).tril()
         mask = (causal[None] & prefix_mask[:, None, :]) | torch.eye(P, dtype=torch.bool, device=x.device)[None]
         slots = torch.arange(P, device=x.device)
+        self.check_grid(grid)
+        x = self.placed(x, slots)
         logits = self._trunk(x, self.rope(grid, x.device)[:P], _FullContext(mask[:, None], cache, slots, out))
         cache.valid[:, :P] = prefix_mask
         if out is not None:
@@ -520,7 +558,7 @@ class GPT(nn.Module):
         slots, key_ok, sees, reach = cell_attention(cache, cells, self.cfg.prefix_len, write, cell_mask, tree)
         write = torch.ones(cells.shape[0], dtype=torch.bool, device=tokens.device) if write is None else write
         x = self.tok_embeddings(tokens).to(cache.k.dtype)
-        x = self._add_cell_conditioning(x, cache, cells)
+        x = self.placed(self._add_cell_conditioning(x, cache, cells), slots)
         rope = self.rope(grid, tokens.device)[slots]
         return self._trunk(x, rope, _CachedContext(cache, slots, write, key_ok, sees, reach, out))
 
@@ -545,7 +583,7 @@ class GPT(nn.Module):
         cache.valid[:, slots] = True
         s_idx = torch.arange(cache.valid.shape[1], device=tokens.device)
         sees = s_idx[None, :] <= slots[:, None]                                 # (1, S)
-        x = self._add_cell_conditioning(self.tok_embeddings(tokens).to(cache.k.dtype), cache, cell)
+        x = self.placed(self._add_cell_conditioning(self.tok_embeddings(tokens).to(cache.k.dtype), cache, cell), slots)
         return self._trunk(x, rope[slots], _CachedContext(cache, slots, None, cache.valid, sees, reach))
 
     def compile_step(self, backend: str = "inductor", mode: str | None = None) -> None:
