@@ -18,6 +18,10 @@ every expected value; this script only wires them together and saves:
                       1 and 4; the official pipeline's sampled run (CFG 4, temperature 1, no top-k /
                       top-p) with the processed distribution of every step; VQ pixels as
                       VQVAE.decode_from_bottleneck gives them
+  llm/                a tiny random Qwen2 "Tar LLM" with a word-level tokenizer holding the chat and
+                      <I..> tokens, and golden.safetensors' llm_ids: the 81 TA-Tok ids the official
+                      TextToImageInference.generate_image samples from LLM_PROMPT with LLM_SEED
+                      (its visual tokenizer replaced by a recorder of the ids it is handed)
   golden.json         configurations, seeds and settings, and the VQ's keys, shapes and checksum
 
 The official ta_tok.py imports torchvision's Resize (used only to resize images of another size than
@@ -54,6 +58,10 @@ TATOK_ARGS = dict(bottleneck={"name": "bottleneck", "args": {"bottleneck_dim": 8
     "name": "simvq", "args": {"codebook_size": 32, "l2_normalized": True, "stochastic": True,
                               "stochastic_temperature": 0.03}}}},
     bottleneck_token_num=FEATURES, input_size=126, pool_scale=1, decoder_depth=1, select_layer_id=-2)
+LLM_PROMPT, LLM_SEED = "a photo of a macaw", 0
+LLM_WORDS = "a photo of macaw the cat dog red blue system user assistant You are helpful assistant.".split()
+CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 VQ_ARGS = dict(codebook_size=64, codebook_embed_dim=8, ch=32, ch_mult=[1, 2], num_res_blocks=1, z_channels=32)
 VQ_STD = 0.05
 
@@ -179,6 +187,49 @@ def _vq(vqvae) -> tuple[dict, dict[str, torch.Tensor]]:
     return meta, {"vq_codes": codes[0], "vq_pixels": pixels}
 
 
+def _llm(root: Path, folder: Path, codebook: int) -> torch.Tensor:
+    """A tiny Tar LLM in folder, and the ids the official text path samples from it."""
+    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    special = ["<unk>", "<|im_start|>", "<|im_end|>", "<im_start>", "<S0>", "<S1>", "<S2>"]
+    images = [f"<I{i}>" for i in range(codebook)]
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(special + LLM_WORDS + images))}
+    core = Tokenizer(tok_models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.add_special_tokens(special[:3])
+    core.add_tokens(special[3:] + images)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<|im_end|>",
+                                        pad_token="<unk>")
+    tokenizer.chat_template = CHAT
+    tokenizer.save_pretrained(str(folder))
+    torch.manual_seed(SEED)
+    cfg = Qwen2Config(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      eos_token_id=vocab["<|im_end|>"], pad_token_id=0, tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():  # sharper than the default init, so the ids depend on the prompt
+        model.lm_head.weight.normal_(0, 1.0)
+    model.save_pretrained(str(folder))
+
+    sys.path.insert(0, str(root))
+    import t2i_inference as official
+    seen = []
+
+    class Recorder:  # stands in for the visual tokenizer: records the ids, returns a blank image
+        def decode_from_encoder_indices(self, ids, args):
+            seen.append(ids[0].clone())
+            return torch.zeros(1, 4, 4, 3, dtype=torch.uint8)
+    inf = official.TextToImageInference.__new__(official.TextToImageInference)
+    inf.config = official.T2IConfig(model_path=str(folder), device="cpu", dtype=torch.float32, seq_len=FEATURES)
+    inf.device = torch.device("cpu")
+    inf.model = Qwen2ForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    inf.tokenizer = official.AutoTokenizer.from_pretrained(str(folder))
+    inf.visual_tokenizer = Recorder()
+    torch.manual_seed(LLM_SEED)
+    inf.generate_image(LLM_PROMPT)
+    return seen[0]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkout", type=Path, help="local checkout of csuhan/Tar")
@@ -205,6 +256,10 @@ def main(argv=None) -> int:
     image = torch.rand(1, 3, 126, 126, generator=g)
     tensors.update(tatok_ids=ids[0], tatok_features=feats[0], image=image[0],
                    image_ids=tok.encode(image)["bottleneck_rep"][0])
+
+    codebook = TATOK_ARGS["bottleneck"]["args"]["regularizer"]["args"]["codebook_size"]
+    tensors["llm_ids"] = _llm(args.checkout.resolve(), args.out / "llm", codebook)
+    meta.update(llm_prompt=LLM_PROMPT, llm_seed=LLM_SEED)
 
     # AR-DTok on those features
     for i, (name, grid) in enumerate(GRIDS.items()):

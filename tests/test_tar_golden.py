@@ -206,3 +206,22 @@ def test_the_vq_configuration_is_read_from_its_shapes_and_decodes_as_the_officia
     assert (expected != GOLD["vq_pixels"]).any()       # some pixels exercise the clamp
     assert (pixels - expected).abs().max() <= PIXEL_TOL
     assert (pixels.flip(-1) - expected).abs().max() > PIXEL_TOL                          # control
+
+
+# ---- the text path ------------------------------------------------------------------------------
+def test_text_becomes_the_ids_the_official_text_path_samples():
+    """A tiny random Tar LLM: the chat template, <im_start><S0>, the LLM's sampling settings, the <I..>
+    codes read back and padded with 0 to 81, against the official TextToImageInference."""
+    text = tar.TarText(HERE / "llm")
+    ids = text(META["llm_prompt"], 81, META["llm_seed"])
+    assert torch.equal(ids, GOLD["llm_ids"])
+    assert (GOLD["llm_ids"] == 0).any() and (GOLD["llm_ids"] > 0).any()   # codes read back, then padding
+    assert not torch.equal(text(META["llm_prompt"], 81, META["llm_seed"] + 1), GOLD["llm_ids"])   # control
+
+
+def test_a_text_prompt_conditions_a_pair_through_the_llm(monkeypatch):
+    monkeypatch.setenv("MULO_TAR_LLM", str(HERE / "llm"))
+    cond = tar.Conditioning(81, weights_dir=HERE, tatok=tar.load_tatok(HERE / "ta_tok.pth"))
+    feats, mask = cond(META["llm_prompt"])
+    expect = cond.tatok().decode_ids(GOLD["llm_ids"][None])[0]
+    assert torch.allclose(feats, expect, atol=1e-6) and bool(mask.all())
