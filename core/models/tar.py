@@ -480,9 +480,9 @@ class Conditioning:
             from PIL import Image
             img = torch.from_numpy(np.asarray(Image.open(path).convert("RGB"), dtype=np.float32) / 255.0)
             tok = self.tatok(encoder=True, why=" (an image prompt is encoded by TA-Tok)")
-            pool = math.isqrt(tok.encoder.config.image_size // tok.encoder.config.patch_size
-                              ) // max(1, math.isqrt(self.prefix_len))
-            ids = tok.encode_image(img.permute(2, 0, 1)[None].to(self.device), max(1, pool))[0].cpu()
+            side = tok.encoder.config.image_size // tok.encoder.config.patch_size   # the teacher's tokens per side
+            pool = max(1, side // max(1, math.isqrt(self.prefix_len)))                # 27 // 27 = 1 for 729 ids
+            ids = tok.encode_image(img.permute(2, 0, 1)[None].to(self.device), pool)[0].cpu()
         else:
             ids = self.text()(prompt, self.prefix_len)
         if ids.numel() != self.prefix_len:
