@@ -1,7 +1,7 @@
 """The Run tab's model-running events: Generate (the run streamed into the live panel while the
 previous views stay, marked stale; then its ar baseline; then every view) and the button that runs
-or re-times the ar baseline of the stored run; a LlamaGen pair's files fetched first on a Space;
-the "step n of about N" estimate.
+or re-times the ar baseline of the stored run; a LlamaGen or Tar pair's files fetched first on a
+Space; the "step n of about N" estimate.
 
 Owns the order of a run's updates; stopping and the remembered baseline are app.control's, the views
 app.panels', the knobs app.inputs'.
@@ -52,17 +52,17 @@ def _live(status: str, live=None, stale: bool = True) -> tuple:
 
 
 def fetching(name: str):
-    """On a Hugging Face Space, a chosen LlamaGen pair's files come from the hub first: download them
-    into the hub cache on a worker thread, yielding status lines with the progress (gr.Error with
+    """On a Hugging Face Space, a chosen LlamaGen or Tar pair's files come from the hub first: download
+    them into the hub cache on a worker thread, yielding status lines with the progress (gr.Error with
     the core's message when the hub cannot be reached). Nothing to do elsewhere or once cached."""
-    from core.models import llamagen
-    if not hub.on_space() or name not in llamagen.PAIRS or not llamagen.to_fetch(name):
+    family = engine.pair_family(name)
+    if not hub.on_space() or family is None or not family.to_fetch(name):
         return
     seen, failed = {}, []
 
     def work():
         try:
-            llamagen.fetch_pair(name, progress=lambda f, done, total: seen.update(f=f, done=done, total=total))
+            family.fetch_pair(name, progress=lambda f, done, total: seen.update(f=f, done=done, total=total))
         except Exception as e:  # reported below, on the handler's thread
             failed.append(e)
     worker = threading.Thread(target=work, daemon=True)
@@ -114,10 +114,12 @@ def generate(request: gr.Request | None, show_grid, *knobs):
                     return
                 live.apply(out.to_dict())
                 if n == 1 or time.perf_counter() - last > 0.3:   # the first step always shows
-                    last = time.perf_counter()
                     yield _live(f"Running **{run.method}**: step {n} of about {max(about, n)} ({out.phase}), "
-                                f"{last - t0:.1f} s. The views below show the previous run until this one is "
-                                "complete.", render.canvas_image(live, pair.tokenizer, show_grid))
+                                f"{time.perf_counter() - t0:.1f} s. The views below show the previous run until "
+                                "this one is complete.", render.canvas_image(live, pair.tokenizer, show_grid))
+                    # the 0.3 s between canvases start once this one is drawn and sent: a pair whose decoder
+                    # is slow to draw (Tar's, LlamaGen's) would otherwise draw a canvas after every step
+                    last = time.perf_counter()
         finally:
             events.close()
         _steps_seen[_run_key(run, (H, W))] = len(trace.steps)

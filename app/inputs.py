@@ -125,11 +125,11 @@ def checked(cfg: RunConfig):
     for other weights."""
     found = engine.found_pairs()
     if cfg.model not in found:
-        from core.models import llamagen
-        if cfg.model in llamagen.PAIRS:   # named without the server's folders
-            needs = ", ".join(llamagen.CHECKPOINTS[k].file for k in llamagen.pair_files(cfg.model))
+        family = engine.pair_family(cfg.model)   # LlamaGen, Tar
+        if family is not None:   # named without the server's folders
+            needs = ", ".join(family.CHECKPOINTS[k].file for k in family.pair_files(cfg.model))
             raise user_error(f"the {cfg.model} pair's weights are not on this machine: it needs {needs} in the "
-                             f"folder named by {llamagen.ENV_DIR} (see docs/models.md)")
+                             f"folder named by {family.ENV_DIR} (see docs/models.md)")
         raise user_error(f"model must be one of {', '.join(found)}; got {short(cfg.model)}")
     try:
         pair = engine.load_pair(cfg.model)
@@ -160,12 +160,24 @@ def pair_markdown(name: str) -> str:
         lines.append("Prompt adherence is measured for the embedded family only (its classifier knows its scenes); "
                      f"{per_image.SHARPNESS} and the {per_image.GAP} for every pair.")
     if hub.on_space():
-        lines.append("On this Space a LlamaGen pair's files download from the Hugging Face hub on its first run, "
-                     "into the Space's cache (persistent storage when the Space has it).")
+        lines.append("On this Space a LlamaGen or Tar pair's files download from the Hugging Face hub on its first "
+                     "run, into the Space's cache (persistent storage when the Space has it).")
     else:
+        from core.models import llamagen, tar
         lines.append(f"Found {len(found)} pair(s). Put official LlamaGen checkpoints in the folder named by "
-                     f"`MULO_LLAMAGEN_DIR` (see docs/models.md) and restart to list them here.")
+                     f"`{llamagen.ENV_DIR}`, Tar's (AR-DTok, TA-Tok, its VQ) in the folder named by "
+                     f"`{tar.ENV_DIR}` (see docs/models.md) and restart to list them here.")
     return "\n\n".join(lines)
+
+
+PROMPT_LABEL = "Prompt: sizes, colours, shapes, places, backgrounds"   # the embedded pair's, shown first
+
+
+def prompt_box(name: str):
+    """The prompt box's label for the chosen pair: what a prompt of that pair is (its pair_facts), e.g.
+    for a Tar pair the path of a file of TA-Tok ids, of an image, or text for the Tar LLM."""
+    facts = model_facts(name)
+    return gr.update(label=PROMPT_LABEL if name == "embedded" else f"Prompt ({name}): {facts['prompt']}")
 
 
 def pick_model(name: str):

@@ -289,7 +289,7 @@ def build_demo() -> gr.Blocks:
                 preset = gr.Dropdown(list(links.PRESETS), value=links.FIRST_PRESET, elem_id="preset",
                                      label="Teaching preset: one click, one phenomenon")
                 prompt = gr.Textbox(inputs.DEFAULTS["prompt"], lines=2, elem_id="prompt",
-                                    label="Prompt: sizes, colours, shapes, places, backgrounds")
+                                    label=inputs.PROMPT_LABEL)
                 with gr.Row():
                     run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -491,6 +491,9 @@ def build_demo() -> gr.Blocks:
                                                                   knobs["cfg_interval"], knobs["lantern_k"],
                                                                   knobs["scale"], pair_info], api_visibility="private",
                               preprocess=False)
+        # the prompt box says what a prompt of the chosen pair is (a Tar pair's: a file of TA-Tok ids, ...)
+        knobs["model"].change(inputs.prompt_box, knobs["model"], prompt, api_visibility="private",
+                              show_progress="hidden", preprocess=False)
         link_btn.click(links.share_link, [page_url, preset] + knob_list, link, js=PAGE_URL_JS, preprocess=False,
                        api_visibility="private")
         demo.load(links.from_query, None, knob_list + [preset, preset_info], api_visibility="private",

@@ -49,6 +49,16 @@ def pair_facts(name: str) -> dict:
     raise ValueError(f"unknown model pair {name!r}; available: {', '.join(pair_loaders())}")
 
 
+def pair_family(name):
+    """The module of the outside family (core.models.llamagen, core.models.tar) that names the pair
+    `name`, or None (the embedded pair, a name of no family). Each such module has PAIRS, CHECKPOINTS,
+    ENV_DIR, pair_files(name), to_fetch(name) and fetch_pair(name, progress=...). Loads nothing."""
+    from .models import llamagen, tar
+    if not isinstance(name, str):
+        return None
+    return next((f for f in (llamagen, tar) if name in f.PAIRS), None)
+
+
 @lru_cache(maxsize=2)
 def load_pair(name: str = "embedded") -> ModelPair:
     loaders = pair_loaders()
