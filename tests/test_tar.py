@@ -203,3 +203,19 @@ def test_the_cli_refuses_a_text_prompt_without_the_llm_in_one_line(folder):
 def test_the_cli_refuses_tar_ids_for_another_family(folder):
     out = _cli(folder, "--model", "embedded", "--tar-ids", str(folder / "ids.txt"))
     assert out.returncode == 2 and "--tar-ids" in out.stderr
+
+
+def test_on_a_hosted_app_prompt_files_come_from_the_prompt_folders_only(folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPACE_ID", "someone/mulo-sd-explorer")
+    monkeypatch.delenv(tar.PROMPTS_ENV, raising=False)
+    (tmp_path / "ids.txt").write_text((folder / "ids.txt").read_text())
+    cond = tar.Conditioning(81, weights_dir=folder)
+    with pytest.raises(ParameterError, match="read from .* only"):
+        cond(str(tmp_path / "ids.txt"))
+    with pytest.raises(ParameterError, match="read from .* only"):
+        cond("/etc/../etc/hosts.txt")
+    assert cond(str(folder / "ids.txt"))[0].shape == (81, 48)      # the weights folder is a prompt folder
+    monkeypatch.setenv(tar.PROMPTS_ENV, str(tmp_path))
+    assert cond(str(tmp_path / "ids.txt"))[0].shape == (81, 48)
+    monkeypatch.delenv("SPACE_ID")                                   # control: off a Space any path is read
+    assert tar.Conditioning(81, weights_dir=folder)(str(tmp_path / "ids.txt"))[0].shape == (81, 48)

@@ -53,6 +53,7 @@ SAMPLING = SamplingConfig(cfg=4.0, temperature=1.0, top_k=0, top_p=1.0, cfg_inte
 # the Tar LLM's sampling of TA-Tok ids from text (T2IConfig of t2i_inference.py)
 LLM_SAMPLING = dict(temperature=1.0, top_p=0.95, top_k=1200)
 LLM_SEED = 0            # seed of the LLM's sampling (the ids of one prompt are drawn once, then reused)
+PROMPTS_ENV = "MULO_TAR_PROMPTS"       # on a Space: the folders (os.pathsep-separated) prompt files are read from
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 IDS_SUFFIXES = (".txt", ".json", ".npy", ".pt")
 
@@ -463,14 +464,28 @@ class Conditioning:
                 if not self.hub:
                     raise MissingWeights(f"a text prompt is turned into TA-Tok ids by the Tar LLM, which is not at "
                                          f"{folder}: put {LLM_REPO} there (https://huggingface.co/{LLM_REPO}) or "
-                                         f"set MULO_TAR_LLM, or give the path of a file of {self.prefix_len} TA-Tok "
-                                         f"ids (--tar-ids FILE) or of an image")
+                                         f"set MULO_TAR_LLM, or give as the prompt the path of a file of "
+                                         f"{self.prefix_len} TA-Tok ids (on the command line: --tar-ids FILE) or "
+                                         f"of an image")
                 folder = lg._from_hub(LLM_REPO, LLM_REPO, folder, None, ["*.json", "*.safetensors", "*.txt", "*.model"])
             self._text = TarText(folder, self.device, self.dtype)
         return self._text
 
+    def readable(self, path: Path) -> None:
+        """On a hosted app (a Space) a prompt may name files in the prompt folders only (PROMPTS_ENV,
+        else the weights folder), so a visitor cannot probe the host's other files."""
+        if not hf.on_space():
+            return
+        roots = [Path(p).resolve() for p in os.environ.get(PROMPTS_ENV, "").split(os.pathsep) if p]
+        roots = roots or [weights_folder(self.weights_dir).resolve()]
+        if not any(path.resolve().is_relative_to(r) for r in roots):
+            raise ParameterError(f"prompt: on a hosted app ids and image files are read from "
+                                 f"{', '.join(map(str, roots))} only (set {PROMPTS_ENV} to change it)")
+
     def ids(self, prompt: str) -> torch.Tensor:
         path = Path(prompt.strip())
+        if path.suffix.lower() in IDS_SUFFIXES + IMAGE_SUFFIXES:
+            self.readable(path)
         if path.suffix.lower() in IDS_SUFFIXES + IMAGE_SUFFIXES and not path.exists():
             raise ParameterError(f"prompt names the file {path}, which does not exist")
         if path.suffix.lower() in IDS_SUFFIXES:
