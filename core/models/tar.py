@@ -583,7 +583,10 @@ def found_pairs(weights_dir=None) -> dict[str, str]:
         where = (f"weights in {folder}" if here else "weights in the hub cache" if not fetch
                  else f"downloads {', '.join(fetch)} from the Hugging Face hub when chosen")
         t, d = CHECKPOINTS[spec.target].px, CHECKPOINTS[spec.drafter].px
-        out[name] = f"Tar AR-DTok {t} px ({t // 16}x{t // 16} tokens), drafter {d} px (r = {spec.scale}); {where}"
+        later = ("; text prompts fetch csuhan/Tar-1.5B, image prompts the SigLIP2 configuration, on first use"
+                 if space else "")
+        out[name] = (f"Tar AR-DTok {t} px ({t // 16}x{t // 16} tokens), drafter {d} px (r = {spec.scale}); "
+                     f"{where}{later}")
     return out
 
 
