@@ -1,24 +1,20 @@
 """The text cleaning LlamaGen applies to a caption before FLAN-T5 reads it (its T5 text preprocessing,
 inherited from DeepFloyd IF / PixArt): one pass of the rules below, run twice, as the official code does.
 
-Reproduced rule for rule with the standard library, tested on a table of official outputs
+The regular-expression rules are reproduced rule for rule; the two helpers of the original are the
+same libraries, called the same way: BeautifulSoup(text, features="html.parser").text for the HTML
+(tags, comments and <script>/<style>/<template> bodies dropped, HTML5 entities such as &star;
+decoded) and ftfy.fix_text (mojibake repair, NFC, full-width forms, curly quotes, ...). Both are
+imported on first use, so importing this module needs neither; cleaning without them raises an
+ImportError naming the package. Tested on a table of official outputs
 (tests/fixtures/llamagen_golden/golden.json; `scripts/llamagen_golden.py --fuzz N` compares random
-punctuation-heavy strings against the official function). Two helpers of the original are rebuilt:
-  - HTML: tags dropped and entities decoded by html.parser, the parser under BeautifulSoup's
-    "html.parser" backend, with its rule for unknown entities; comments, <script>/<style> bodies
-    and byte-level numeric references (&#150; as windows-1252) may differ.
-  - ftfy.fix_text: NFC normalization, full-width forms and Latin ligatures to plain letters, curly
-    quotes straightened, line breaks unified, control characters removed; its mojibake repair
-    (text decoded with the wrong codec, e.g. "cafÃ©") is not reproduced.
-It knows nothing about tokenizers or models.
+punctuation-heavy strings against the official function). It knows nothing about tokenizers or models.
 """
 from __future__ import annotations
 
 import html
 import re
-import unicodedata
-from html.entities import name2codepoint
-from html.parser import HTMLParser
+import warnings
 from urllib.parse import unquote_plus
 
 _TLD = r"(?:com|co|ru|net|org|edu|gov|it)"
@@ -81,43 +77,35 @@ _WORDS = _rules(
 )
 
 
-class _Text(HTMLParser):
-    """Text content; an unknown named entity stays as "&name" (its ";" dropped), as BeautifulSoup does."""
+_LIBS: dict = {}
 
-    def __init__(self):
-        super().__init__(convert_charrefs=False)
-        self.parts: list[str] = []
 
-    def handle_data(self, data):
-        self.parts.append(data)
-
-    def handle_entityref(self, name):
-        self.parts.append(chr(name2codepoint[name]) if name in name2codepoint else f"&{name}")
-
-    def handle_charref(self, name):
-        self.parts.append(html.unescape(f"&#{name};"))
+def _lib(name: str):
+    """bs4 or ftfy, imported on first use; a clear ImportError when the package is missing."""
+    if name not in _LIBS:
+        package = {"bs4": "beautifulsoup4", "ftfy": "ftfy"}[name]
+        try:
+            mod = __import__(name)
+        except ImportError as e:
+            raise ImportError(f"LlamaGen prompt cleaning needs the {package!r} package, as the official T5 "
+                              f"preprocessing does: pip install {package} (see requirements.txt)") from e
+        if name == "bs4":  # prompts that look like a file name or URL are text here, not a mistake
+            warnings.filterwarnings("ignore", category=mod.MarkupResemblesLocatorWarning)
+        _LIBS[name] = mod
+    return _LIBS[name]
 
 
 def html_text(text: str) -> str:
-    """The text content of an HTML fragment: tags dropped, entities decoded."""
-    p = _Text()
-    p.feed(text)
-    p.close()
-    return "".join(p.parts)
-
-
-_CURLY = {**{c: "'" for c in "\u02bc\u2018\u2019\u201a\u201b"}, **{c: '"' for c in "\u201c\u201d\u201e\u201f"}}
-_WIDE = re.compile("[\u3000\uff01-\uff60\uffe0-\uffe6\ufb00-\ufb06\u0132\u0133\u01c4-\u01cc\u01f1-\u01f3]")
-_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ufeff\ufff9-\ufffc]")
+    """The text content of an HTML fragment, as BeautifulSoup's html.parser backend gives it."""
+    bs4 = _lib("bs4")
+    try:
+        return bs4.BeautifulSoup(text, features="html.parser").text
+    except bs4.ParserRejectedMarkup as e:  # e.g. "<![foo[": the official cleaning fails on it too
+        raise ValueError(f"the prompt's markup cannot be parsed (as in the official cleaning): {text!r}") from e
 
 
 def fix_text(text: str) -> str:
-    """The parts of ftfy.fix_text that plain prompts meet (see the module docstring)."""
-    text = _WIDE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
-    text = "".join(_CURLY.get(c, c) for c in text)
-    text = re.sub("\r\n|[\r\u2028\u2029\x85]", "\n", text)
-    text = _CONTROL.sub("", text)
-    return unicodedata.normalize("NFC", text)
+    return _lib("ftfy").fix_text(text)
 
 
 def _apply(rules, text: str) -> str:
