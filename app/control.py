@@ -125,6 +125,7 @@ def ar_baseline(cfg: RunConfig, pair, session: str | None = None, fresh: bool = 
 def ar_baseline_timed(cfg: RunConfig, pair, session: str | None = None,
                       fresh: bool = False) -> tuple[Trace, float, bool]:
     """(ar Trace, when it was timed, whether it was remembered rather than run now)."""
+    cfg = engine.resolved(cfg, pair)   # remembered under the sampling that runs (None: the pair's defaults)
     key = (pair.name, cfg.prompt, cfg.seed, cfg.sampling)
     remembered = key in _baselines and not fresh
     if not remembered:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import gradio as gr
 
@@ -160,9 +161,10 @@ def add_baseline(request: gr.Request | None, state, show_grid=False):
     trace = state["trace"]
     session = session_of(request)
     drop_stale_copies(session)
-    sampling = {f: trace.params[f] for f in ("cfg", "temperature", "top_k", "top_p") if f in trace.params}
-    cfg = RunConfig(method="ar", prompt=trace.prompt, seed=trace.seed, sampling=SamplingConfig(**sampling),
-                    model=trace.model)
+    # every sampling knob the trace ran with; a knob it lacks (an older trace): the pair's default
+    sampling = {f: trace.params[f] for f in SamplingConfig.__dataclass_fields__ if f in trace.params}
+    cfg = engine.resolved(RunConfig(method="ar", prompt=trace.prompt, seed=trace.seed, model=trace.model))
+    cfg = replace(cfg, sampling=replace(cfg.sampling, **sampling))
     pair = checked(cfg)
     with running(session, "the ar baseline"):
         yield (gr.skip(), "Running the ar baseline for this trace's prompt and seed…",

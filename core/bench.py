@@ -39,7 +39,9 @@ _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingConfig)}
 
 
 def parse_spec(spec: str, base: RunConfig) -> tuple[str, RunConfig]:
-    """'mulo:scale=4:tau=0.05' -> (label, RunConfig)."""
+    """'mulo:scale=4:tau=0.05' -> (label, RunConfig); a spec's sampling knobs go over the base's sampling
+    (a base without one: its pair's defaults)."""
+    base = engine.resolved(base)
     name, *pairs = spec.split(":")
     params, sampling = {}, {}
     for kv in pairs:
@@ -95,7 +97,7 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
         with tempfile.TemporaryDirectory(prefix="mulo-bench-") as tmp:
             return run(specs, n_prompts, seed, base, tmp, ranks, progress, poll_s)
     check_seeds(seed, n_prompts)
-    base = base or RunConfig()
+    base = engine.resolved(base or RunConfig())   # the pair's sampling defaults unless the base gives its own
     configs = configs_of(specs, base)
     pair = engine.load_pair(base.model)
     for _, c in configs:  # every spec is valid before the folder is claimed or any work starts

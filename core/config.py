@@ -83,7 +83,9 @@ class RunConfig:
     method: str = "mulo"
     prompt: str = "a large red circle center on a striped blue background"
     seed: int = 0
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    # None: the model pair's sampling defaults (engine.pair_facts(model)["sampling"]; LlamaGen t2i: CFG 7.5,
+    # top-k 1000), which engine.resolved puts here before validation, so a trace records what ran
+    sampling: SamplingConfig | None = None
     params: MethodParams = field(default_factory=MethodParams)
     model: str = "embedded"
 
@@ -175,6 +177,8 @@ SEED_END = 2 ** 63             # seeds are in [0, 2^63): what torch.Generator.ma
 
 def _check_types(run: RunConfig) -> None:
     """Every field of the right type (numbers finite) before any range is compared."""
+    _check(isinstance(run.sampling, SamplingConfig), "sampling", "a SamplingConfig (None, the model pair's "
+           "defaults, is resolved by engine.resolved before validation)", run.sampling)
     p, s = run.params, run.sampling
     for name, v in (("method", run.method), ("prompt", run.prompt), ("model", run.model),
                     ("upsampler", p.upsampler), ("resample", p.resample), ("rejection", p.rejection),

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from functools import lru_cache
 from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
-from .config import TREE_METHODS, ParameterError, RunConfig, draft_spec, validate
+from .config import TREE_METHODS, ParameterError, RunConfig, SamplingConfig, draft_spec, validate
 from .decoding import MethodContext
 from .methods import registry
 from .models.pair import ModelPair
@@ -59,6 +60,28 @@ def pair_family(name):
     return next((f for f in (llamagen, tar) if name in f.PAIRS), None)
 
 
+def pair_sampling(name) -> SamplingConfig | None:
+    """The sampling defaults of the pair `name` (pair_facts' "sampling"; LlamaGen and Tar: their official
+    settings), or None for a name no family knows (a test's toy pair). Reads no file, loads nothing."""
+    if name == "embedded":
+        from .embedded import family
+        return family.SAMPLING
+    return pair_facts(name)["sampling"] if pair_family(name) is not None else None
+
+
+def resolved(run: RunConfig, pair: ModelPair | None = None) -> RunConfig:
+    """run with the sampling it runs with: its own when it gives one (never overridden), else the
+    defaults of its pair: `pair`'s when given and a family names it (the pair that runs, the trace's
+    model), else run.model's; SamplingConfig() for a pair no family names."""
+    if run.sampling is not None:
+        return run
+    for name in ([pair.name] if pair is not None else []) + [run.model]:
+        sampling = pair_sampling(name)
+        if sampling is not None:
+            return replace(run, sampling=sampling)
+    return replace(run, sampling=SamplingConfig())
+
+
 @lru_cache(maxsize=2)
 def load_pair(name: str = "embedded") -> ModelPair:
     loaders = pair_loaders()
@@ -73,6 +96,7 @@ def load_pair(name: str = "embedded") -> ModelPair:
 
 
 def context(run: RunConfig, pair: ModelPair) -> MethodContext:
+    run = resolved(run, pair)   # sampling None: the pair's defaults
     validate(run, pair.vocab_size, pair.grid, registry())
     if run.method == "mulo" and run.params.scale not in pair.scales:
         raise ParameterError(f"scale must be one of {', '.join(map(str, pair.scales))} for the {pair.name} "
@@ -142,6 +166,7 @@ def _grid_list(a) -> list | None:
 def stream(run: RunConfig, pair: ModelPair | None = None) -> Iterator[Step | Trace]:
     """Yield every Step of the run as it happens, then the Trace."""
     pair = pair or load_pair(run.model)
+    run = resolved(run, pair)   # the trace's params record the sampling that ran
     t0 = time.perf_counter()
     ctx = context(run, pair)
     method = registry()[run.method]

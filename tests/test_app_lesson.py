@@ -78,7 +78,7 @@ def test_the_entropy_quoted_is_the_targets_over_a_cache_free_forward_of_each_pre
     tr = engine.run(RunConfig(method="sd", prompt=PROMPT, seed=SEED))
     median, flat = lesson.entropy_of(pair, tr)
     from core.decoding import Decoder
-    s = RunConfig().sampling
+    s = engine.resolved(RunConfig(), pair).sampling   # the sampling the lesson ran with: the pair's
     ids, mask = pair.caption(PROMPT, pair.grid)
     dec = Decoder(pair.target, pair.grid, ids, mask, s, "cpu")
     tokens = torch.as_tensor(np.asarray(tr.tokens).reshape(-1))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from core import decoding, engine
-from core.config import RunConfig
+from core.config import RunConfig, SamplingConfig
 from core.decoding import UNKNOWN, Decoder
 from core.sampling import processed
 
@@ -203,7 +203,7 @@ def test_pooled_mass_of_a_later_band_equals_a_cache_free_forward(tiny_pair, monk
     t = run_mulo(tiny_pair, context="exact", draft_rows=2)
     target = tiny_pair.target
     ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
-    dec = Decoder(target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu")
+    dec = Decoder(target, tiny_pair.grid, ids, mask, SamplingConfig(), "cpu")
     final, proposal = np.array(t.tokens).reshape(-1), np.array(t.proposal).reshape(-1)
     H, W = tiny_pair.grid
     nb = tiny_pair.neighbours.cpu()
@@ -244,7 +244,7 @@ def test_k_beyond_the_neighbour_table_is_refused_naming_the_limit(tiny_pair):
 def ten_known_cells(pair, context: str):
     """A prefilled decoder under `context` and a known-token array whose cells 0..9 hold 0..9."""
     ids, mask = pair.caption(PROMPT, pair.grid)
-    dec = Decoder(pair.target, pair.grid, ids, mask, RunConfig().sampling, "cpu", context=context)
+    dec = Decoder(pair.target, pair.grid, ids, mask, SamplingConfig(), "cpu", context=context)
     dec.prefill()
     known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
     known[:10] = np.arange(10)
@@ -288,7 +288,7 @@ def cache_free_rows(pair, tokens: np.ndarray) -> torch.Tensor:
     """(N, V) float64: row t is the target's processed distribution of cell t given every token before
     it, from one cache-free forward (row 0 from the prefill)."""
     ids, mask = pair.caption(PROMPT, pair.grid)
-    dec = Decoder(pair.target, pair.grid, ids, mask, RunConfig().sampling, "cpu")
+    dec = Decoder(pair.target, pair.grid, ids, mask, SamplingConfig(), "cpu")
     dec.prefill()
     B, N = dec.captions.shape[0], dec.n_cells
     logits = pair.target.forward_visible(dec.captions, dec.masks, torch.from_numpy(tokens)[None].expand(B, N),
@@ -404,9 +404,9 @@ def test_a_stand_in_is_the_placeholder_else_the_nearest_final_token_left_else_ab
 def test_an_unknown_context_policy_is_refused_naming_the_choices(tiny_pair):
     ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
     for context in decoding.CONTEXTS:
-        assert Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context).context == context
+        assert Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, SamplingConfig(), "cpu", context).context == context
     with pytest.raises(ValueError, match=r"^context must be one of schedule, exact, verify; got 'cached'$"):
-        Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu", context="cached")
+        Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, SamplingConfig(), "cpu", context="cached")
 
 
 def test_timed_counts_the_passes_and_tokens_of_every_decoder_it_watches_and_the_wall_time():
@@ -448,7 +448,7 @@ def test_a_decoder_holds_one_row_per_guidance_branch_and_one_slot_per_cell(tiny_
     bookkeeping spans the H x W cells of a grid that is not square."""
     ids, mask = tiny_pair.caption(PROMPT, tiny_pair.grid)
     for cfg, rows in [(1.0, 1), (2.0, 2), (4.0, 2)]:
-        s = dataclasses.replace(RunConfig().sampling, cfg=cfg)
+        s = dataclasses.replace(SamplingConfig(), cfg=cfg)
         dec = Decoder(tiny_pair.target, (3, 5), ids, mask, s, "cpu")
         assert dec.captions.shape[0] == dec.masks.shape[0] == rows and dec.drop.tolist() == [False, True][:rows]
         assert all(len(a) == 15 for a in (dec.cache_tok, dec.written, dec.changed, dec.filled))
@@ -465,7 +465,7 @@ def test_a_pending_predecessor_is_fed_as_its_placeholder_through_every_entry_poi
     for call in calls:
         for ph_token in (77, None):
             rec = Recorder(monkeypatch)
-            dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, RunConfig().sampling, "cpu")
+            dec = Decoder(tiny_pair.target, tiny_pair.grid, ids, mask, SamplingConfig(), "cpu")
             dec.prefill()
             known = np.full(dec.n_cells, UNKNOWN, dtype=np.int64)
             known[:5] = [3, 1, 4, 1, 5]
@@ -529,7 +529,7 @@ def test_guidance_stops_after_cfg_interval_as_in_a_cache_free_forward(tiny_pair,
     forward of a run that crosses that edge equals the cache-free forward processed with the raster
     index of the cell it predicts. Negative control: the same rows against a reference that guides
     every cell differ past the edge."""
-    sampling = dataclasses.replace(RunConfig().sampling, cfg=4.0, cfg_interval=5)
+    sampling = dataclasses.replace(SamplingConfig(), cfg=4.0, cfg_interval=5)
     rec = Recorder(monkeypatch)
     cfg = RunConfig(method="mulo", prompt=PROMPT, seed=0, sampling=sampling).with_params(k=4, tau=TAU_SOME)
     engine.run(cfg, tiny_pair)

@@ -593,7 +593,7 @@ def test_relaxed_methods_report_their_acceptance_probability_from_cache_free_for
     drafter distributions (1e-4), at settings where the knobs change the answer (asserted): the two
     cool norms (lantern, on a draft tree: tests/test_trees.py)."""
     pair = dataclasses.replace(tiny_row[0], grid=(1, 4))
-    sampling = dataclasses.replace(RunConfig().sampling, temperature=0.3)   # no top-k, p / q not always >= 1
+    sampling = dataclasses.replace(SamplingConfig(), temperature=0.3)   # no top-k, p / q not always >= 1
     gamma = 3
     checked = differs = 0
     for seed in range(3):

@@ -24,6 +24,7 @@ from .domain import canonical_prompt
 from .evaluation import Classifier, ClassifierConfig
 
 DESCRIPTION = "the shipped procedural-scenes family, 32x32 tokens, drafters 16x16 and 8x8"
+SAMPLING = SamplingConfig()   # the pair's sampling defaults: CFG 3, temperature 1, no top-k / top-p
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 MANIFEST = "manifest.json"
 FILES = {"tokenizer": "tokenizer.safetensors", "target": "target.safetensors",
@@ -163,5 +164,5 @@ def pair_facts() -> dict:
     """Codebook size, mulo scales, default sampling and prompt kind of the pair, read from the manifest
     (nothing loaded)."""
     vocab = read_manifest()["models"]["tokenizer"]["config"]["codebook_size"]
-    return dict(vocab_size=vocab, scales=(2, 4), sampling=SamplingConfig(),
+    return dict(vocab_size=vocab, scales=(2, 4), sampling=SAMPLING,
                 prompt="the domain's words (sizes, colours, shapes, places, backgrounds)")
