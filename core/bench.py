@@ -161,7 +161,9 @@ def _key(label: str, c: RunConfig, model: str) -> tuple:
 def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> dict:
     """One record: run the spec on one prompt and seed, time it, read its image back, and take what
     the yardsticks need (detail features, high-frequency energy, the target's log-likelihood of the
-    tokens; an ar record also measures its image blurred, the negative control)."""
+    tokens; an ar record also measures its image blurred, the negative control). A run without
+    sampling runs and is judged at the pair's defaults."""
+    c = engine.resolved(c, pair)
     t0 = time.perf_counter()
     tr = engine.run(c, pair)
     wall = (time.perf_counter() - t0) * 1000.0

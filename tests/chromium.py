@@ -15,8 +15,13 @@ def present() -> bool:
     return os.path.exists(CHROMIUM)
 
 
+EXPECT = 30_000  # ms: what an expect() waits for; a plot drawn after "Done" on a loaded machine takes seconds
+
+
 def launch(playwright):
     """The headless chromium of this machine (Playwright's own browsers are never used)."""
+    from playwright.sync_api import expect
+    expect.set_options(timeout=EXPECT)
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
 
 

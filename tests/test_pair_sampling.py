@@ -169,6 +169,17 @@ def test_bench_specs_on_a_bare_base_take_the_pairs_defaults():
     assert bench.parse_spec("ar", RunConfig())[1].sampling == SamplingConfig()
 
 
+def test_a_bench_record_of_a_bare_run_config_measures_with_the_pairs_defaults(t2i):
+    """bench.measure runs, and judges the log-likelihood, at the pair's sampling (not at a missing one)."""
+    r = bench.measure("ar", RunConfig(method="ar", prompt="a photo of a cat", seed=1), 0, None, t2i, None, "test")
+    tokens = engine.run(RunConfig(method="ar", prompt="a photo of a cat", seed=1, sampling=lg.SAMPLING["t2i"]),
+                        t2i).tokens
+    assert r["tokens"] == tokens
+    want = likelihood.loglik(t2i, "a photo of a cat", tokens, lg.SAMPLING["t2i"])["loglik"]
+    assert r["loglik"] == pytest.approx(want, abs=1e-6)
+    assert r["blur"]["loglik"] != pytest.approx(want, abs=1e-6)      # the blurred control is judged too
+
+
 # ---- the app ---------------------------------------------------------------------------------------
 def test_the_lesson_on_a_llamagen_pair_runs_with_its_defaults(t2i, loads, monkeypatch):
     from app import control, lesson

@@ -53,10 +53,10 @@ INT_KNOBS = ("seed", "top_k", "cfg_interval", "k", "scale", "radius", "window", 
 
 def _with(knob: str, value) -> RunConfig:
     if knob == "seed":
-        return RunConfig(seed=value)
+        return RunConfig(seed=value, sampling=SamplingConfig())
     if knob in {f.name for f in dataclasses.fields(SamplingConfig)}:
         return RunConfig(sampling=dataclasses.replace(SamplingConfig(), **{knob: value}))
-    return RunConfig().with_params(**{knob: value})
+    return RunConfig(sampling=SamplingConfig()).with_params(**{knob: value})
 
 
 @pytest.mark.parametrize("knob", INT_KNOBS)
