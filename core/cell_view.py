@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .config import TREE_METHODS, SamplingConfig
+from .config import TREE_METHODS
+from .likelihood import sampling_of
 from .sampling import processed
 
 UNKNOWN = -1
@@ -69,11 +70,6 @@ class CellView:
     forwards: int = 0                     # cache-free forwards this view cost (the target's, and sd's drafter)
     notes: list = field(default_factory=list)
     probs: torch.Tensor | None = None     # (V,) the target's processed distribution at the cell
-
-
-def sampling_of(trace) -> SamplingConfig:
-    names = SamplingConfig.__dataclass_fields__
-    return SamplingConfig(**{k: trace.params[k] for k in names if k in trace.params})
 
 
 def target_row(pair, trace, tokens: np.ndarray, visible: np.ndarray, c: int, gpt=None) -> torch.Tensor:
