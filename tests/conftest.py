@@ -2,6 +2,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,16 +56,74 @@ def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", help="also run the tests marked slow (minutes each)")
 
 
+# The suite's time guard (docs/testing.md, "Time"): a test whose setup and call take more than
+# LONG_S must carry @pytest.mark.long("why it cannot be shorter"), and the whole run must finish
+# inside BUDGET_S of wall-clock; either breach fails the run, whatever the tests said.
+LONG_S = float(os.environ.get("SUITE_LONG_S", 60))     # overridable only to test the guard itself
+_CONFIG: list = []   # the running config, for the report hook (which is handed none)
+BUDGET_S = float(os.environ.get("SUITE_BUDGET_S", 22 * 60))   # the tests alone; .ci/run's install takes ~3 of the 25 minutes a loaded CI may use
+
+# Files whose module fixtures take minutes, collected first so that --dist loadfile starts them at once
+# and the short files fill the other worker around them (measured: docs/testing.md, "Time").
+HEAVY_FIRST: tuple = ()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: minutes long; skipped unless pytest is given --slow")
+    config.addinivalue_line("markers", "long(reason): a test allowed past the suite's per-test limit, and why")
+    config._suite_started = time.monotonic()
+    config._suite_times = {}
+    _CONFIG[:] = [config]
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--slow"):
-        return
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason="slow: run with --slow"))
+        mark = item.get_closest_marker("long")
+        if mark is not None and not (mark.args and isinstance(mark.args[0], str) and mark.args[0].strip()):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs its reason as a string")
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda it: rank.get(Path(str(it.fspath)).name, len(rank)))   # stable: file order kept
+    if not config.getoption("--slow"):
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason="slow: run with --slow"))
+
+
+def _on_controller(config) -> bool:
+    return not hasattr(config, "workerinput")   # an xdist worker forwards its reports to the controller
+
+
+def pytest_runtest_logreport(report):
+    """Setup + call of every test, as the controller sees them (from every worker)."""
+    config = _CONFIG[0]
+    if not _on_controller(config) or report.when == "teardown":
+        return
+    seconds, long_ok = config._suite_times.get(report.nodeid, (0.0, False))
+    config._suite_times[report.nodeid] = (seconds + report.duration, long_ok or "long" in report.keywords)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if not _on_controller(config):
+        return
+    over = sorted(((s, n) for n, (s, ok) in config._suite_times.items() if s > LONG_S and not ok), reverse=True)
+    wall = time.monotonic() - config._suite_started
+    config._suite_breaches = [f"{n} took {s:.0f} s (> {LONG_S:.0f} s) and is not marked long(reason)"
+                              for s, n in over]
+    if wall > BUDGET_S and not config.getoption("--slow"):
+        config._suite_breaches.append(f"the suite took {wall:.0f} s of wall-clock, past its budget of {BUDGET_S:.0f} s")
+    if config._suite_breaches and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not _on_controller(config) or not config._suite_times:
+        return
+    wall = time.monotonic() - config._suite_started
+    terminalreporter.write_line(f"suite time: {wall:.0f} s wall-clock for {len(config._suite_times)} tests "
+                                f"(budget {BUDGET_S:.0f} s; a test past {LONG_S:.0f} s must be marked long)")
+    for line in getattr(config, "_suite_breaches", []):
+        terminalreporter.write_line(f"TIME BUDGET BREACHED: {line}", red=True, bold=True)
 
 
 class PassCounter:
