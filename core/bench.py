@@ -391,9 +391,12 @@ def _floors_ok(f) -> bool:
 
 
 def _controls_ok(c) -> bool:
+    """A yardstick of the blurred control is a number, or None where the run could not measure it (the
+    detail FD needs 3 images: a bench of 1 or 2 prompts has none), as a spec's quality figures are."""
     b = c.get("blur") if isinstance(c, dict) else None
     return isinstance(c, dict) and (b is None or (
-        isinstance(b, dict) and all(_number(b.get(k)) for k in ("sigma_px", *YARDSTICK_BOUNDS))
+        isinstance(b, dict) and _number(b.get("sigma_px"))
+        and all(k in b and _number(b[k], or_none=True) for k in YARDSTICK_BOUNDS)
         and _verdicts(b.get("inside")) and "all" in b["inside"]))
 
 
@@ -460,8 +463,16 @@ def table(result: dict) -> str:
 def floors_text(result: dict) -> str:
     """The noise floors and bounds in words, and the blurred control's figures."""
     f = result.get("floors") or {}
+    b = (result.get("controls") or {}).get("blur")
+    num = lambda x, fmt: "–" if x is None else format(x, fmt)  # noqa: E731
+    control = b and (f"control: ar blurred (Gaussian {b['sigma_px']:g} px): FD ar {num(b['fd_ar'], '.2f')}, sharpness "
+                     f"{num(b['sharpness'], '.3f')}, log-lik gap {num(b['loglik_gap'], '+.3f')}")
     if "fd_ar" not in f:
-        return "bounds: none (a run needs at least 3 prompts for noise floors)"
+        n = result.get("prompts")
+        size = f"this run has {n} prompt{'s' * (n != 1)}" if isinstance(n, int) else "this run is too small"
+        return "\n".join([f"bounds: none: {size}, and noise floors need at least 3 prompts (ar against ar at other "
+                          "seeds), so no floor or bound is given and no figure is judged inside or outside"]
+                         + ([f"{control} -> - (no bounds to judge it by)"] if control else []))
     k = f["spreads"]
     out = [f"noise floors (reference = ar at seeds + {f['reference_seed']}; bound = floor ± {k:g} spreads):",
            f"  FD to ar's samples: floor {f['fd_ar']['value']:.2f} ± {f['fd_ar']['spread']:.2f} -> bound <= "
@@ -476,9 +487,7 @@ def floors_text(result: dict) -> str:
     if "frechet" in f:
         out.append(f"  FD to the data: ar {f['frechet']['value']:.2f} ± {f['frechet']['spread']:.2f} -> bound <= "
                    f"{f['frechet']['high']:.2f}")
-    b = (result.get("controls") or {}).get("blur")
     if b:
         verdict = {True: "INSIDE (the yardsticks cannot see blur!)", False: "outside", None: "-"}[b["inside"]["all"]]
-        out.append(f"control: ar blurred (Gaussian {b['sigma_px']:g} px): FD ar {b['fd_ar']:.2f}, sharpness "
-                   f"{b['sharpness']:.3f}, log-lik gap {b['loglik_gap']:+.3f} -> {verdict}")
+        out.append(f"{control} -> {verdict}")
     return "\n".join(out)

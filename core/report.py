@@ -275,13 +275,15 @@ def markdown(result: dict) -> str:
     out = ["| spec | " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1) + "---|"]
     f2 = lambda x, d: "–" if _num(x) is None else f"{x:.{d}f}"  # noqa: E731
     for label, s in result["summary"].items():
-        missed = [k for k, v in (s.get("inside") or {}).items() if k != "all" and v is False]
+        inside = s.get("inside") or {}
+        missed = [k for k, v in inside.items() if k != "all" and v is False]
+        outside = ", ".join(missed) or ("–" if inside.get("all") is None else "none")   # –: no bound is known
         out.append(f"| `{label}` | {s['passes']:.0f} | {s['passes_speedup']:.2f} | {f2(s['wall_speedup'], 2)} | "
                    f"{s['target_nfe']:.0f} | {f2(s.get('passed'), 3)} | {f2(s.get('kept'), 3)} | "
                    f"{f2(s['phase_ms'].get('upsample') or None, 1)} | "
                    f"{f2(s['adherence'], 3)} | {f2(s['frechet'], 2)} | {f2(s['fd_ar'], 2)} | {f2(s['sharpness'], 2)} | "
                    f"{'–' if _num(s['loglik_gap']) is None else format(s['loglik_gap'], '+.3f')} | "
-                   f"{', '.join(missed) or 'none'} |")
+                   f"{outside} |")
     return "\n".join(out) + "\n\n```\n" + floors_text(result) + "\n```\n"
 
 
