@@ -437,6 +437,32 @@ def test_no_text_overlaps_another_at_two_screen_sizes(page, width, height, tmp_p
     page.evaluate("() => document.querySelectorAll('.overlap-probe').forEach((d) => d.remove())")
 
 
+def test_the_compare_tab_shows_every_image_and_every_column_at_1024_wide(page):
+    """On the page the overlap test left (its Compare done, once for both tests: a Compare runs every
+    method), at 1024 x 768: every image inside the gallery, the table as wide as its box."""
+    from playwright.sync_api import expect
+    page.set_viewport_size({"width": 1024, "height": 768})
+    page.get_by_role("tab", name="Compare").click()
+    if "Compared" not in page.locator("#compare-status").inner_text():
+        page.locator("#compare-run").click()
+        expect(page.locator("#compare-status")).to_contain_text("Compared", timeout=LONG)
+    page.wait_for_timeout(1500)
+    gallery = page.locator(".gallery-container, [data-testid=gallery]").first
+    imgs = page.locator("#compare-run").locator("xpath=ancestor::div[contains(@class,'tabitem')]").locator(
+        "button img, .thumbnail-item img")
+    n = imgs.count()
+    assert n >= 12, n
+    g = gallery.bounding_box()
+    for i in range(n):
+        b = imgs.nth(i).bounding_box()
+        assert b["y"] >= g["y"] - 1 and b["y"] + b["height"] <= g["y"] + g["height"] + 1, (i, b, g)
+    wide = page.evaluate("""() => { const t = document.querySelector('#compare-table table');
+        const s = t.closest('.table-wrap') || t.parentElement; return [t.scrollWidth, s.clientWidth]; }""")
+    assert wide[0] <= wide[1] + 2, wide
+    page.get_by_role("tab", name="Run").click()
+    page.set_viewport_size({"width": 1440, "height": 900})
+
+
 def test_the_explanations_follow_the_chosen_method(page):
     from playwright.sync_api import expect
     page.locator("#method input").click()
