@@ -65,7 +65,10 @@ BUDGET_S = float(os.environ.get("SUITE_BUDGET_S", 22 * 60))   # the tests alone;
 
 # Files whose module fixtures take minutes, collected first so that --dist loadfile starts them at once
 # and the short files fill the other worker around them (measured: docs/testing.md, "Time").
-HEAVY_FIRST: tuple = ()
+HEAVY_FIRST = ("test_quality_controls.py", "test_app_browser.py", "test_app_lesson.py", "test_app_e2e.py",
+               "test_load.py", "test_app_browser_words.py", "test_speculative.py", "test_hosting.py",
+               "test_bench_sweep.py", "test_newer_methods.py", "test_trees.py", "test_drafting.py",
+               "test_trace_safety.py")
 
 
 def pytest_configure(config):
