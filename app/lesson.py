@@ -64,7 +64,8 @@ STEPS = (
                     f"{_pc(r['sd']['flat'])} of the cells its most likely code holds less than half the mass, so "
                     "any one drafted code is unlikely under p. The headline counts every pass alike: "
                     f"{r['sd']['target']} target + {r['sd']['drafter']} drafter passes = {r['sd']['passes']}, "
-                    "against ar's 1024 (a drafter pass costs less than a target pass; the bench prices each)."),
+                    f"against ar's {r['sd']['cells']}, one per cell (a drafter pass costs less than a target pass; "
+                    "the bench prices each)."),
          "What share of sd's drafted tokens passed the target's test?",
          lambda r: f"{_pc(r['sd']['passed'])} (the table's 'passed test'); median entropy "
                    f"{r['sd']['entropy']:.2f} nats.", entropy=True),

@@ -317,7 +317,8 @@ def test_the_lesson_s_words_count_the_passes_they_name(tiny_pair, pass_runs):
     cells = 16 * 16
     look = {n: st.look for n, st in enumerate(lesson.STEPS, 1)}
     # step 2: "target + drafter passes = N"
-    assert f"{t_sd} target + {d_sd} drafter passes = {t_sd + d_sd}," in look[2]({"sd": sd})
+    assert f"{t_sd} target + {d_sd} drafter passes = {t_sd + d_sd}, against ar's {cells}, one per cell" \
+        in look[2]({"sd": sd})   # the grid's own count (the words once said 1024 whatever the grid)
     # step 3 and step 7 speak of target passes alone
     assert f", {t_sd - t_mu} fewer target passes." in look[3]({"eagle": sd, "lantern, δ = 0.4": mulo})
     assert f"(serial, {t_sd} target passes)" in look[7]({"serial": sd, "islands": mulo, "jacobi": mulo})
