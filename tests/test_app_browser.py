@@ -402,6 +402,7 @@ OVERLAPS_JS = """() => {
 }"""
 
 
+@pytest.mark.long("lays out every tab after real results: one Compare of every method and a three-run Sweep")
 @pytest.mark.parametrize("width, height", [(1440, 900), (1024, 768)])
 def test_no_text_overlaps_another_at_two_screen_sizes(page, width, height, tmp_path):
     """Every tab after real results: image labels clear of their buttons, plot titles, legends and
@@ -506,6 +507,7 @@ def test_the_report_page_draws_the_frontier_and_the_sweep_tab_opens_its_summary(
     expect(page.locator("#sweep-plot .js-plotly-plot")).to_be_visible()
 
 
+@pytest.mark.long("two Generates with their ar baselines in the browser, a cascade and a plain run")
 def test_the_cascade_preset_shows_a_row_for_the_16x16_level_and_a_plain_run_hides_it(page, tmp_path):
     from playwright.sync_api import expect
     page.set_viewport_size({"width": 1440, "height": 900})

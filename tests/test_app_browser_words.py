@@ -55,6 +55,7 @@ def test_example_prompts_are_shown_whole(browser, app_url):
     page.close()
 
 
+@pytest.mark.long("a Jacobi-resampling Generate with its ar baseline in the browser, at each screen size")
 @pytest.mark.parametrize("width, height", [(1440, 900), (1024, 768)])
 def test_a_jacobi_run_says_its_own_words_and_its_heatmap_title_is_clear_of_the_toolbar(browser, app_url, width,
                                                                                        height, tmp_path):

@@ -73,6 +73,7 @@ def test_an_sjd_run_maps_each_tested_position_and_says_why_panels_are_empty(clie
     assert "draft failed its test" in v["islands_key"]
 
 
+@pytest.mark.long("Compare runs every method of the menu on the embedded pair")
 def test_compare_runs_every_method_on_one_seed(client):
     gallery, table, plot, status = client.predict(*knobs(tau=0.0), api_name="/compare")
     col = {name: n for n, name in enumerate(comparison.COMPARE_COLUMNS)}
@@ -129,6 +130,7 @@ def test_compare_upsamplers_shows_each_proposal_beside_its_final_image(client):
     assert status.startswith("Compared the 4 up-samplers at r = 4 on seed")
 
 
+@pytest.mark.long("a Generate, then its trace uploaded and replayed through the server")
 def test_an_uploaded_trace_replays(client, tmp_path):
     _, trace_path, *_ = client.predict(False, *knobs(method="zipar", window=16), api_name="/generate")
     status, _, *views = client.predict(handle_file(trace_path), False, api_name="/replay")
@@ -168,6 +170,7 @@ def test_the_sweep_tab_opens_a_precomputed_summary_and_refuses_a_malformed_one(c
         client.predict(handle_file(str(bad)), api_name="/open_summary")
 
 
+@pytest.mark.long("a three-level cascade run with its ar baseline through gradio_client")
 def test_a_cascade_run_fills_its_level_row_and_a_bad_draft_method_is_named(client):
     status, _, *views = client.predict(False, *knobs(draft_method="mulo/scale=2"), api_name="/generate")
     v = dict(zip(panels.VIEWS, views[-len(panels.VIEWS):]))

@@ -67,6 +67,7 @@ def test_the_words_of_each_step_quote_its_own_table(steps):
     assert steps[1][3] == "**Question.** " + lesson.STEPS[0].question
 
 
+@pytest.mark.long("the lesson's runs again at another seed (its negative control)")
 def test_another_seed_gives_other_numbers_in_the_same_words():
     """Control: the text is computed from the run, so a different seed changes the quoted numbers."""
     a, b = run(2, seed=0), run(2, seed=1)
@@ -103,6 +104,7 @@ def test_a_step_out_of_range_is_refused_by_name():
         run(9)
 
 
+@pytest.mark.long("the eight steps' runs, each drawn in the browser")
 @pytest.mark.skipif(not present(), reason=MISSING)
 def test_the_lesson_walked_start_to_end_in_the_browser():
     """Open the Lesson tab, press each of the eight buttons in turn, wait for its Done, and read the

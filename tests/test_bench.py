@@ -31,6 +31,7 @@ def test_bench_reports_speed_beside_quality_against_ar():
     assert "pass x" in bench.table(result) and "wall x" in bench.table(result)
 
 
+@pytest.mark.long("a bench of the tree methods, whose head passes are priced against target passes")
 def test_the_bench_prices_a_drafter_pass_against_a_target_pass():
     """pass_ms: each model's timed ms over its passes, from the steps of the traces (the definition),
     and the drafter's share; None for a spec whose drafter made no pass."""

@@ -60,6 +60,7 @@ def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(o
     assert len(records(one_process)) == 12
 
 
+@pytest.mark.long("torchrun with two ranks beside a one-process bench of the same specs")
 def test_two_ranks_under_torchrun_give_the_records_and_summary_of_one_process(one_process, tmp_path):
     out = tmp_path / "two"
     done = run(bench_cmd(out, 2))
@@ -79,6 +80,7 @@ def test_two_ranks_under_torchrun_give_the_records_and_summary_of_one_process(on
     assert len(merged["workers"]) == 2
 
 
+@pytest.mark.long("a bench process killed mid-run and a second one resuming it")
 def test_a_run_killed_by_sigterm_resumes_without_redoing_a_record(one_process, tmp_path):
     out = tmp_path / "killed"
     launcher = subprocess.Popen(bench_cmd(out, 2), cwd=ROOT, env=ENV, stdout=subprocess.PIPE,

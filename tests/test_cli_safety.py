@@ -81,6 +81,7 @@ BAD = [  # (command line, fragments of its one-line error)
 ]
 
 
+@pytest.mark.long("one CLI process per bad command line (each imports torch)")
 def test_a_bad_command_line_is_one_line_and_exit_2(tmp_path):
     """Each case is its own process; four run at a time to spare the suite their start-up."""
     def case(n):

@@ -41,6 +41,7 @@ def digest(tr):
                 target_nfe=tr.totals["target_nfe"], drafter_nfe=tr.totals["drafter_nfe"])
 
 
+@pytest.mark.long("four shipped-pair mulo runs, one of them raster rejection at tau 0.02")
 @pytest.mark.parametrize("case", json.loads(FIXTURE.read_text()), ids=lambda c: str(c["params"]))
 def test_draft_method_ar_reproduces_the_traces_mulo_made_before_it_existed(case):
     """Same tokens, proposal, draft, steps (phases, cells, tokens, NFE) as the code before draft_method."""

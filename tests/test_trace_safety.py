@@ -87,6 +87,7 @@ def test_millions_of_numbers_in_one_step_are_refused_before_they_are_parsed(base
     assert peak < 2 * MAX_BYTES, peak / 2 ** 20     # the file's bytes and the scan's pieces, nothing parsed
 
 
+@pytest.mark.long("the largest trace the reader accepts, replayed under tracemalloc")
 def test_a_replayed_trace_keeps_its_steps_as_text_about_the_size_of_the_file(base, tmp_path):
     """The largest trace the reader accepts (every step and cell its budgets allow): what the session keeps
     is its steps' text, not the parsed lists (about ten times more)."""

@@ -278,6 +278,7 @@ def test_a_lantern_format_drafter_folder_loads_and_a_missing_one_is_named(tmp_pa
         load_lantern(folder)
 
 
+@pytest.mark.long("vvs on both schedules and eagle on the shipped 32x32 pair")
 def test_vvs_commits_unverified_chains_on_its_schedule_and_without_skips_is_eagle():
     """On the shipped pair, whose head is right often enough for the dynamic schedule to skip."""
     run = lambda m, **kw: engine.run(RunConfig(method=m, prompt=PROMPT, seed=7).with_params(**kw))  # noqa: E731
