@@ -61,7 +61,6 @@ def pytest_addoption(parser):
 # wall-clock; either breach fails the run, whatever the tests said. Only the call counts: a shared
 # fixture's setup lands on whichever test first needs it on a worker, which depends on the schedule.
 LONG_S = float(os.environ.get("SUITE_LONG_S", 60))     # overridable only to test the guard itself
-_CONFIG: list = []   # the running config, for the report hook (which is handed none)
 BUDGET_S = float(os.environ.get("SUITE_BUDGET_S", 45 * 60))   # the tests alone (1 836 s on a fresh clone; the goal is ~17 min)
 
 # Files whose module fixtures take minutes, collected first so that --dist loadfile starts them at once
@@ -75,9 +74,8 @@ HEAVY_FIRST = ("test_quality_controls.py", "test_app_browser.py", "test_app_less
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: minutes long; skipped unless pytest is given --slow")
     config.addinivalue_line("markers", "long(reason): a test allowed past the suite's per-test limit, and why")
-    config._suite_started = time.monotonic()
-    config._suite_times = {}
-    _CONFIG[:] = [config]
+    if not hasattr(config, "workerinput"):   # not an xdist worker: the controller, or a run without workers
+        config.pluginmanager.register(SuiteClock(config), "suite-clock")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,41 +91,34 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="slow: run with --slow"))
 
 
-def _on_controller(config) -> bool:
-    return not hasattr(config, "workerinput")   # an xdist worker forwards its reports to the controller
+class SuiteClock:
+    """The guard's state on the controller (the process that sees every worker's reports)."""
 
+    def __init__(self, config):
+        self.config, self.started, self.calls, self.breaches = config, time.monotonic(), {}, []
 
-def pytest_runtest_logreport(report):
-    """The call of every test, as the controller sees them (from every worker)."""
-    config = _CONFIG[0]
-    if not _on_controller(config) or report.when != "call":
-        return
-    seconds, long_ok = config._suite_times.get(report.nodeid, (0.0, False))
-    config._suite_times[report.nodeid] = (seconds + report.duration, long_ok or "long" in report.keywords)
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call":
+            self.calls[report.nodeid] = (report.duration, "long" in report.keywords)
 
+    def pytest_sessionfinish(self, session):
+        wall = time.monotonic() - self.started
+        self.breaches = [f"{n} took {s:.0f} s (> {LONG_S:.0f} s) and is not marked long(reason)"
+                         for s, n in sorted(((s, n) for n, (s, ok) in self.calls.items() if s > LONG_S and not ok),
+                                            reverse=True)]
+        if wall > BUDGET_S and not self.config.getoption("--slow"):
+            self.breaches.append(f"the suite took {wall:.0f} s of wall-clock, past its budget of {BUDGET_S:.0f} s")
+        if self.breaches and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-def pytest_sessionfinish(session, exitstatus):
-    config = session.config
-    if not _on_controller(config):
-        return
-    over = sorted(((s, n) for n, (s, ok) in config._suite_times.items() if s > LONG_S and not ok), reverse=True)
-    wall = time.monotonic() - config._suite_started
-    config._suite_breaches = [f"{n} took {s:.0f} s (> {LONG_S:.0f} s) and is not marked long(reason)"
-                              for s, n in over]
-    if wall > BUDGET_S and not config.getoption("--slow"):
-        config._suite_breaches.append(f"the suite took {wall:.0f} s of wall-clock, past its budget of {BUDGET_S:.0f} s")
-    if config._suite_breaches and session.exitstatus == 0:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def pytest_terminal_summary(terminalreporter, config):
-    if not _on_controller(config) or not config._suite_times:
-        return
-    wall = time.monotonic() - config._suite_started
-    terminalreporter.write_line(f"suite time: {wall:.0f} s wall-clock for {len(config._suite_times)} tests "
-                                f"(budget {BUDGET_S:.0f} s; a test past {LONG_S:.0f} s must be marked long)")
-    for line in getattr(config, "_suite_breaches", []):
-        terminalreporter.write_line(f"TIME BUDGET BREACHED: {line}", red=True, bold=True)
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.calls:
+            return
+        terminalreporter.write_line(f"suite time: {time.monotonic() - self.started:.0f} s wall-clock for "
+                                    f"{len(self.calls)} tests (budget {BUDGET_S:.0f} s; a test past "
+                                    f"{LONG_S:.0f} s must be marked long)")
+        for line in self.breaches:
+            terminalreporter.write_line(f"TIME BUDGET BREACHED: {line}", red=True, bold=True)
 
 
 class PassCounter:
