@@ -159,16 +159,12 @@ def _key(label: str, c: RunConfig, model: str) -> tuple:
 
 
 def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> dict:
-    """One record: run the spec on one prompt and seed, time it, read its image back, and take what
-    the yardsticks need (detail features, high-frequency energy, the target's log-likelihood of the
-    tokens; an ar record also measures its image blurred, the negative control). A run without
-    sampling runs and is judged at the pair's defaults."""
+    """One record: run the spec on one prompt and seed, time it, and judge its tokens (judge). A run
+    without sampling runs and is judged at the pair's defaults."""
     c = engine.resolved(c, pair)
     t0 = time.perf_counter()
     tr = engine.run(c, pair)
     wall = (time.perf_counter() - t0) * 1000.0
-    image = engine.decode_image(tr.tokens, pair.tokenizer)
-    adh, feats = read_images([image], [scene], clf) if clf else ([None], [None])
     record = dict(spec=label, method=c.method, prompt_index=i, prompt=c.prompt, seed=c.seed, model=pair.name,
                   schema=RECORD_SCHEMA, worker=worker, target_nfe=tr.totals["target_nfe"],
                   drafter_nfe=tr.totals["drafter_nfe"], wall_ms=wall, passed=tr.totals["passed_fraction"],
@@ -179,12 +175,26 @@ def measure(label: str, c: RunConfig, i: int, scene, pair, clf, worker: str) -> 
                             for lv in range(len(tr.totals["level_nfe"]))],
                   target_fed=sum(s.get("fed", 0) for s in tr.steps if s["model"] == "target"),
                   model_ms={m: sum(s["wall_ms"] for s in tr.steps if s["model"] == m) for m in ("target", "drafter")},
-                  adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(), tokens=tr.tokens,
-                  **_yardstick_inputs(image, tr.tokens, c, pair))
+                  tokens=tr.tokens)
+    return dict(record, **judge(label, c, scene, tr.tokens, pair, clf))
+
+
+JUDGED = ("adherence", "features", "detail", "energy", "loglik", "impossible", "blur")   # what judge adds
+
+
+def judge(label: str, c: RunConfig, scene, tokens, pair, clf) -> dict:
+    """What the yardsticks need of one record's tokens: its image read back (adherence and detail
+    features by the domain's classifier, clf None for none), high-frequency energy, the target's
+    log-likelihood of the tokens under the run's sampling; an ar record also measures its image
+    blurred, the negative control. c is resolved (its sampling the run's)."""
+    image = engine.decode_image(tokens, pair.tokenizer)
+    adh, feats = read_images([image], [scene], clf) if clf else ([None], [None])
+    out = dict(adherence=adh[0], features=None if feats[0] is None else feats[0].tolist(),
+               **_yardstick_inputs(image, tokens, c, pair))
     if c.method == "ar" and label != REFERENCE:
         blurred = yardsticks.blur(image)
-        record["blur"] = _yardstick_inputs(blurred, encode_image(blurred, pair.tokenizer), c, pair)
-    return record
+        out["blur"] = _yardstick_inputs(blurred, encode_image(blurred, pair.tokenizer), c, pair)
+    return out
 
 
 def _yardstick_inputs(image, tokens, c: RunConfig, pair) -> dict:
