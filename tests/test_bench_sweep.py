@@ -51,13 +51,31 @@ def one_process(bench_folder):
     return bench_folder
 
 
-def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(one_process):
-    result = json.loads((one_process.parent / "one.json").read_text())
-    assert result == json.loads((one_process / "summary.json").read_text())
-    # 3 prompts x (3 specs + the reference, ar at other seeds)
-    assert result["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"] and result["records"] == 12
-    assert result["summary"]["ar"]["passes"] == 1024 and result["summary"]["mulo:scale=4:context=verify"]["drafter_nfe"] == 64
+def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(one_process, tmp_path):
+    # the shipped run folder (conftest.SHIPPED_BENCH) as the command writes it: 3 prompts x (3 specs + the
+    # reference, ar at other seeds)
+    shipped = json.loads((one_process.parent / "one.json").read_text())
+    assert shipped == json.loads((one_process / "summary.json").read_text())
+    assert shipped["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"] and shipped["records"] == 12
     assert len(records(one_process)) == 12
+    # the command itself, on the first prompt: the same json beside the folder, and the records the
+    # shipped folder holds for that prompt (a different engine makes other tokens or passes)
+    out = tmp_path / "first"
+    cmd = bench_cmd(out, 1, "--json", str(tmp_path / "first.json"))
+    cmd[cmd.index("--prompts") + 1] = "1"
+    done = run(cmd)
+    assert done.returncode == 0, done.stderr
+    assert "pass x" in done.stdout
+    result = json.loads((tmp_path / "first.json").read_text())
+    assert result == json.loads((out / "summary.json").read_text())
+    assert result["specs"] == shipped["specs"] and result["records"] == 4
+    assert result["summary"]["ar"]["passes"] == 1024 and result["summary"]["mulo:scale=4:context=verify"]["drafter_nfe"] == 64
+    fresh, kept = records(out), records(one_process)
+    assert {key[1] for key in fresh} == {0}
+    for key, r in fresh.items():
+        assert (r["tokens"], r["target_nfe"], r["drafter_nfe"]) == \
+            (kept[key]["tokens"], kept[key]["target_nfe"], kept[key]["drafter_nfe"]), \
+            f"{key}: the engine no longer makes the shipped run; remake it (tests/conftest.py, SHIPPED_BENCH)"
 
 
 @pytest.mark.long("torchrun with two ranks beside a one-process bench of the same specs")
