@@ -93,16 +93,23 @@ def test_speculative_traces_record_judged_cells_and_probabilities(pair8):
 
 
 # ---- statistical: sd samples from p ---------------------------------------------------------
+#
+# The first three cells of a row from the shipped target and drafter at top_k = 4: sd's per-cell
+# marginals against the exact ones (the target's joint of at most 64 outcomes from cache-free forwards,
+# exact_joint below; the later cells' marginals spread over 15-25 codes). Measured at 400 rows: sd 0.073
+# and 0.091 on two seed ranges (ar at 1 500 rows: 0.047, sd 0.040: the noise of the estimate), the
+# always-accept control 1.000. The limit SD_TV sits at twice sd's worst and a fifth of the control's.
 
-N_RUNS = 1000
+N_RUNS = 400
 GRID = (1, 3)   # the first three cells of a row, from the shipped target and drafter
+SD_TV = 0.2
 
 
-def _first_cells(pair, method_run, seed0: int) -> np.ndarray:
+def _first_cells(pair, method_run, seed0: int, n_runs: int = N_RUNS) -> np.ndarray:
     from core.decoding import MethodContext
     cfg = RunConfig(method="ar", prompt=PROMPT, sampling=SamplingConfig(top_k=4))
     out = []
-    for n in range(N_RUNS):
+    for n in range(n_runs):
         ctx = engine.context(dataclasses.replace(cfg, seed=seed0 + n), pair)
         ctx = dataclasses.replace(ctx, drafter=pair.small)
         gen = method_run(ctx)
@@ -111,16 +118,15 @@ def _first_cells(pair, method_run, seed0: int) -> np.ndarray:
                 next(gen)
         except StopIteration as stop:
             out.append(stop.value.tokens.reshape(-1))
-    return np.array(out)                                      # (N_RUNS, 3)
+    return np.array(out)                                      # (n_runs, 3)
 
 
-def _tv(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest total-variation distance between per-cell empirical marginals."""
+def _tv(a: np.ndarray, marginals: list[dict]) -> float:
+    """Largest total-variation distance between a per-cell empirical marginal and the exact one."""
     worst = 0.0
     for c in range(a.shape[1]):
         va, ca = np.unique(a[:, c], return_counts=True)
-        vb, cb = np.unique(b[:, c], return_counts=True)
-        pa, pb = dict(zip(va, ca / len(a))), dict(zip(vb, cb / len(b)))
+        pa, pb = dict(zip(va.tolist(), ca / len(a))), marginals[c]
         worst = max(worst, 0.5 * sum(abs(pa.get(v, 0) - pb.get(v, 0)) for v in set(pa) | set(pb)))
     return worst
 
@@ -134,21 +140,26 @@ def embedded_row():
 
 
 @pytest.fixture(scope="module")
-def ar_samples(embedded_row):
-    from core.methods import ar
-    return _first_cells(embedded_row, ar.run, 10_000)
+def row_marginals(embedded_row) -> list[dict]:
+    """The exact per-cell marginals of the target's first three cells at top_k = 4."""
+    marginals: list[dict] = [{} for _ in range(GRID[1])]
+    for seq, pr in exact_joint(embedded_row, SamplingConfig(top_k=4)).items():
+        for c, v in enumerate(seq):
+            marginals[c][v] = marginals[c].get(v, 0.0) + pr
+    return marginals
 
 
-@pytest.mark.long("1 000 sd rows against 1 000 ar rows of the shipped pair (seeds from 20 000 and 10 000): TV within 0.15 per cell")
-def test_sd_samples_the_target_distribution(embedded_row, ar_samples):
-    assert _tv(_first_cells(embedded_row, sd.run, 20_000), ar_samples) < 0.15
+def test_sd_samples_the_target_distribution(embedded_row, row_marginals):
+    tv = _tv(_first_cells(embedded_row, sd.run, 20_000), row_marginals)
+    assert tv < SD_TV, tv
 
 
-def test_an_always_accept_rule_fails_the_same_test(embedded_row, ar_samples):
+def test_an_always_accept_rule_fails_the_same_test(embedded_row, row_marginals):
     def always_accept(ctx):  # negative control: p~ so large on the draft that every draft passes
         return sd.speculate(ctx, sd.relaxed_rule(
             lambda p, drafts: p + 1e9 * torch.nn.functional.one_hot(drafts, p.shape[-1])))
-    assert _tv(_first_cells(embedded_row, always_accept, 20_000), ar_samples) > 0.15
+    tv = _tv(_first_cells(embedded_row, always_accept, 20_000), row_marginals)
+    assert tv > SD_TV, tv
 
 
 # ---- statistical: the joint distribution of a short row against its exact value -------------------
