@@ -27,11 +27,12 @@ KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "d
          "upsampler", "resample", "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init",
          "cfg", "temperature", "top_k", "model", "cfg_interval", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c",
          "cool_delta", "cool_nu", "cool_norm", "draft_method", "redraft", "tree_tokens", "tree_depth", "tree_top_k",
-         "lantern_lambda", "vvs_skip", "vvs_schedule")
+         "lantern_lambda", "vvs_skip", "vvs_schedule", "accept", "commit")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
                  "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group",
                  "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm", "draft_method", "redraft",
-                 "tree_tokens", "tree_depth", "tree_top_k", "lantern_lambda", "vvs_skip", "vvs_schedule")
+                 "tree_tokens", "tree_depth", "tree_top_k", "lantern_lambda", "vvs_skip", "vvs_schedule", "accept",
+                 "commit")
 SAMPLING_FIELDS = ("cfg", "temperature", "top_k", "cfg_interval")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
          "top_k", "cfg_interval", "gsd_group", "pjd_c", "tree_tokens", "tree_depth", "tree_top_k", "vvs_skip"}

@@ -72,6 +72,7 @@ class Verdict:
     resample: np.ndarray    # (H, W) bool: R_X
     islands: np.ndarray     # (H, W) int, 0 = none, ids unique across bands
     tau: float
+    prob: np.ndarray | None = None   # (H, W) accept=exact: min(1, p/q) of each judged cell, NaN elsewhere
 
 
 def verdict(trace) -> Verdict | None:
@@ -88,6 +89,10 @@ def verdict(trace) -> Verdict | None:
         pooled = np.asarray(s["pooled"], dtype=np.float64)      # null (NaN): not judged by this pass
         judged = ~np.isnan(pooled)
         v.pooled[r0:r1][judged] = pooled[judged]
+        if "prob" in s:       # accept=exact: one min(1, p/q) per judged cell, in raster order
+            if v.prob is None:
+                v.prob = np.full((H, W), np.nan)
+            v.prob[r0:r1][judged] = np.asarray(s["prob"], dtype=np.float64)
         v.accepted[r0:r1][judged] = np.asarray(s["accepted"], dtype=bool)[judged]
         v.rejected[r0:r1][judged] = ~v.accepted[r0:r1][judged]
         # R_X and islands too, only where this pass judged: a raster pass that follows a rejection does not
@@ -396,7 +401,20 @@ def cell_details(trace, v: Verdict | None, i: int, j: int) -> str:
         H, W = trace.grid["target"]
         lines.append(f"- drafted from low-res cell ({i * h // H}, {j * w // W}), token "
                      f"{trace.draft[i * h // H][j * w // W]}")
-    if v is not None and not np.isnan(v.pooled[i, j]):
+    exact = v is not None and v.prob is not None and not np.isnan(v.prob[i, j])
+    if exact:
+        passed = bool(v.accepted[i, j])
+        lines.append(f"- exact test: accepted with probability min(1, p/q) = {v.prob[i, j]:.4f}: "
+                     f"**{'accepted' if passed else 'rejected'}** (pooled mass {v.pooled[i, j]:.4f}, not used)")
+        if v.resample[i, j] and int(trace.params.get("radius", 0)) == 0:
+            lines.append("- **drawn from the residual** normalize(max(0, p − q)) of the verify pass (no pass more)")
+        elif v.resample[i, j]:
+            why = "rejected itself" if v.rejected[i, j] else "accepted, but swept in by the expansion around a " \
+                                                              "rejected cell"
+            lines.append(f"- **resampled** by the target ({why}), island {v.islands[i, j]}")
+        else:
+            lines.append("- **kept** as proposed")
+    elif v is not None and not np.isnan(v.pooled[i, j]):
         passed = bool(v.accepted[i, j])
         lines.append(f"- pooled mass {v.pooled[i, j]:.4f} {'≥' if passed else '<'} τ {v.tau:g}: "
                      f"**{'passed τ' if passed else 'below τ'}**")
@@ -404,6 +422,10 @@ def cell_details(trace, v: Verdict | None, i: int, j: int) -> str:
             why = "below τ itself" if v.rejected[i, j] else "passed τ, but swept in by the expansion around a " \
                                                              "cell below τ"
             lines.append(f"- **resampled** by the target ({why}), island {v.islands[i, j]}")
+        elif trace.params.get("commit") == "target":
+            same = trace.tokens[i][j] == trace.proposal[i][j]
+            lines.append("- **kept**, its token drawn from the target's p restricted to B_k (commit = target, from "
+                         "the verify pass): " + ("the proposal's token again" if same else "another code of B_k"))
         else:
             lines.append("- **kept** as proposed")
     t = tests(trace)

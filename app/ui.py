@@ -11,8 +11,8 @@ import numpy as np
 from starlette.middleware import Middleware
 
 from core import engine
-from core.config import (CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS, REJECTION_MODES, RESAMPLE_MODES,
-                         SJD_INITS, UPSAMPLERS, VVS_SCHEDULES)
+from core.config import (ACCEPT_RULES, COMMIT_RULES, CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS,
+                         REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS, VVS_SCHEDULES)
 from core.methods import registry
 from core.trace import MAX_BYTES
 
@@ -161,6 +161,13 @@ def _more_knobs(vocab_size: int) -> dict:
                                 info="unaccepted guesses redrawn from p (independent) or coupled with the old "
                                      "guess (coupled, as scd)")
         k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")
+        k["accept"] = gr.Radio(list(ACCEPT_RULES), value=d["accept"], label="Acceptance test",
+                               info="pooled: pooled mass on B_k ≥ τ; exact: min(1, p/q) per cell (the learned "
+                                    "up-sampler's proposal drawn from its q), a rejected cell drawn from the "
+                                    "residual in the verify pass at l = 0")
+        k["commit"] = gr.Radio(list(COMMIT_RULES), value=d["commit"], label="A kept cell commits (accept = pooled)",
+                               info="proposal: the proposal's token; target: a token drawn from the target's p "
+                                    "restricted to B_k, from the same verify pass")
         k["draft_rows"] = _slider("draft_rows", "Draft rows per cycle (0 = all)")
         k["draft_window"] = _slider("draft_window", "Drafter ZipAR window (0 = serial drafting)")
         k["draft_method"] = gr.Textbox(d["draft_method"], label="Drafter's method (draft_method)", max_lines=1,

@@ -2,6 +2,8 @@
 
 - pooled threshold (MuLo-SD): accept iff the target mass on the proposal token and its k nearest
   codebook neighbours reaches tau. Deterministic.
+- restricted (MuLo-SD commit=target): a cell that passed the pooled test commits a token drawn from p
+  restricted to B_k and renormalised, instead of the proposal's token.
 - exact (speculative sampling): accept with min(1, p/q); residual normalize(max(0, p - q)).
 - relaxed (LANTERN): p moved from the draft token's nearest neighbours (within a total-variation
   budget delta) onto the draft token, then the exact test; LANTERN++ bounds the move by
@@ -23,10 +25,25 @@ def pooled_mass(p: torch.Tensor, proposal: torch.Tensor, neighbours: torch.Tenso
     """p (T, V), proposal (T,), neighbours (V, K>=k) -> (T,) float64 share of p's mass on B_k = the
     proposal and its k nearest codes. Computed as 1 - (mass outside B_k) / (total mass) in float64, so
     that a B_k holding all of p's support gives exactly 1 (tau = 1 then passes)."""
-    idx = proposal[:, None] if k == 0 else torch.cat([proposal[:, None], neighbours[proposal, :k]], dim=1)
+    idx = neighbourhood(proposal, neighbours, k)
     p64 = p.double()
     inside = torch.zeros_like(p64, dtype=torch.bool).scatter_(1, idx, True)
     return 1.0 - p64.masked_fill(inside, 0.0).sum(1) / p64.sum(1)
+
+
+def neighbourhood(proposal: torch.Tensor, neighbours: torch.Tensor, k: int) -> torch.Tensor:
+    """(T,) proposal tokens -> (T, k + 1) ids of B_k: the proposal, then its k nearest codes."""
+    return proposal[:, None] if k == 0 else torch.cat([proposal[:, None], neighbours[proposal, :k]], dim=1)
+
+
+def restricted(p: torch.Tensor, proposal: torch.Tensor, neighbours: torch.Tensor, k: int) -> torch.Tensor:
+    """p (T, V) restricted to each row's B_k and renormalised -> (T, V). A row whose B_k holds no mass of p
+    (a pooled mass of 0, which no tau > 0 passes) falls back to the one-hot of the proposal."""
+    inside = torch.zeros_like(p, dtype=torch.bool).scatter_(1, neighbourhood(proposal, neighbours, k), True)
+    r = p.double().masked_fill(~inside, 0.0)
+    z = r.sum(1, keepdim=True)
+    onehot = torch.zeros_like(r).scatter_(1, proposal[:, None], 1.0)
+    return torch.where(z > 0, r / z.clamp_min(1e-300), onehot).float()
 
 
 def threshold_accept(pooled: torch.Tensor, tau: float) -> torch.Tensor:

@@ -276,7 +276,24 @@ def _mulo(view, trace, c, final_tok, pair) -> CellView:
     if res is not None:
         view.role = "resample" if ver is None or res.step > ver.step else view.role
         s = trace.steps[res.step]
-        if s["phase"] == "resample" and s.get("nfe", 1) == 0 and ver is not None:   # raster: from the verify pass
+        if s["phase"] == "resample" and s.get("rule") == "B_k" and ver is not None:   # commit=target
+            from .acceptance import restricted
+            prop = view.judged["token"]
+            probs = restricted(view.probs[None], torch.tensor([prop]), pair.neighbours.cpu(), k)[0]
+            src = ("the verify pass's p restricted to B_k and renormalised (commit = target: a kept cell takes the "
+                   "target's choice among the proposal and its neighbours)")
+        elif s["phase"] == "resample" and s.get("rule") == "residual" and ver is not None:   # accept=exact
+            from .acceptance import residual
+            prop = view.judged["token"]
+            if trace.params.get("upsampler") == "learned":
+                q = None
+                src = ("the residual normalize(max(0, p − q)) of the verify pass, q the learned up-sampler's (not in "
+                       "the trace: the target's p shown)")
+            else:
+                q = torch.nn.functional.one_hot(torch.tensor(prop), view.probs.numel()).float()
+                src = "the residual normalize(max(0, p − q)) of the verify pass, q one-hot on the proposal"
+            probs = view.probs if q is None else residual(view.probs[None], q[None])[0]
+        elif s["phase"] == "resample" and s.get("nfe", 1) == 0 and ver is not None:   # raster: from the verify pass
             probs = view.probs
             src = "the verify pass's distribution (raster rejection: the first cell below τ is sampled from it)"
         else:

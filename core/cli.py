@@ -135,6 +135,12 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--redraft", default=m.redraft, help="resample=jacobi: independent | coupled")
     p.add_argument("--rejection", default=m.rejection, help="local | raster")
     p.add_argument("--context", default=m.context, help="exact | verify: what resampling reads (mulo)")
+    p.add_argument("--accept", default=m.accept,
+                   help="pooled (pooled mass on B_k >= tau) | exact (min(1, p/q) per cell; upsampler=learned draws "
+                        "its proposal from its q) (mulo)")
+    p.add_argument("--commit", default=m.commit,
+                   help="proposal | target: a passed cell's token is the proposal's or drawn from the target's p "
+                        "restricted to B_k, from the same verify pass (mulo, accept=pooled)")
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, cool)")
     p.add_argument("--tree-tokens", type=int, default=m.tree_tokens,
                    help="draft tree nodes verified per cycle, root included (eagle, lantern, vvs)")

@@ -19,12 +19,14 @@ SCHEDULED_DRAFTS = ("ar", "zipar")   # drafted in place, band by band; the other
 # the knobs each draft method reads; a nested spec may set only these (any other is a misplaced knob)
 _JACOBI = ("sjd_window", "sjd_init")
 MULO_KNOBS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
-              "rejection", "context", "sjd_window", "redraft", "draft_method")
+              "rejection", "context", "sjd_window", "redraft", "draft_method", "accept", "commit")
 METHOD_KNOBS = {"ar": (), "zipar": ("window",), "sjd": _JACOBI, "scd": _JACOBI,
                 "gsd": (*_JACOBI, "gsd_group", "gsd_gap", "gsd_dist"), "pjd": (*_JACOBI, "pjd_c"), "mulo": MULO_KNOBS}
 DRAFT_SPEC_MAX = 64
 REJECTION_MODES = ("local", "raster")
 CONTEXT_MODES = ("exact", "verify")
+ACCEPT_RULES = ("pooled", "exact")     # mulo: the verify pass's test of each proposal token
+COMMIT_RULES = ("proposal", "target")  # mulo accept=pooled: the token a passed cell commits
 SJD_INITS = ("random", "repeat", "above")
 COOL_NORMS = ("mean", "first")
 VVS_SCHEDULES = ("uniform", "dynamic")
@@ -58,6 +60,10 @@ class MethodParams:
     draft_method: str = "ar"    # mulo: the method decoding the drafter's grid, name[/knob=value...] (see draft_spec)
     rejection: str = "local"    # mulo: local (expansion) | raster (classic: resample t0, draft and verify again)
     context: str = "verify"     # mulo: verify (passed cells keep verify-time K/V) | exact (rewrite changed K/V)
+    accept: str = "pooled"      # mulo: pooled (pooled mass on B_k >= tau) | exact (min(1, p/q) per cell, the
+                                # learned up-sampler's proposal drawn from its q, other proposals one-hot)
+    commit: str = "proposal"    # mulo accept=pooled: a passed cell commits the proposal's token | a token drawn
+                                # from the target's p restricted to B_k (renormalised), from the same verify pass
     gamma: int = 4              # sd, cool: tokens drafted per cycle
     tree_tokens: int = 12       # eagle, lantern, vvs: nodes verified per cycle, the root included (LANTERN: 59)
     tree_depth: int = 3         # eagle, lantern, vvs: levels of the dynamic tree = head passes per cycle (LANTERN: 5)
@@ -182,7 +188,7 @@ def _check_types(run: RunConfig) -> None:
     p, s = run.params, run.sampling
     for name, v in (("method", run.method), ("prompt", run.prompt), ("model", run.model),
                     ("upsampler", p.upsampler), ("resample", p.resample), ("rejection", p.rejection),
-                    ("sjd_init", p.sjd_init), ("context", p.context),
+                    ("sjd_init", p.sjd_init), ("context", p.context), ("accept", p.accept), ("commit", p.commit),
                     ("redraft", p.redraft), ("draft_method", p.draft_method), ("vvs_schedule", p.vvs_schedule)):
         _check(isinstance(v, str), name, "text", v)
     for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
@@ -229,6 +235,10 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(p.redraft in REDRAFTS, "redraft", f"one of {', '.join(REDRAFTS)}", p.redraft)
     _check(p.rejection in REJECTION_MODES, "rejection", f"one of {', '.join(REJECTION_MODES)}", p.rejection)
     _check(p.context in CONTEXT_MODES, "context", f"one of {', '.join(CONTEXT_MODES)}", p.context)
+    _check(p.accept in ACCEPT_RULES, "accept", f"one of {', '.join(ACCEPT_RULES)}", p.accept)
+    _check(p.commit in COMMIT_RULES and (p.commit == "proposal" or p.accept == "pooled"), "commit",
+           f"one of {', '.join(COMMIT_RULES)} (target only with accept=pooled: the exact test commits the token it "
+           "accepts)", p.commit)
     _check(1 <= p.gamma <= GAMMA_MAX, "gamma", f"in [1, {GAMMA_MAX}]", p.gamma)
     _check(2 <= p.tree_tokens <= TREE_TOKENS_MAX, "tree_tokens", f"in [2, {TREE_TOKENS_MAX}] (the root and at least "
            "one node)", p.tree_tokens)

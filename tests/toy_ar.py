@@ -17,9 +17,13 @@ MISSING = -1  # a context cell the query cannot see
 
 
 class ToyCache:
+    """Cell slots only (prefix_len 0); `valid` (batch, N) as the GPT's cache keeps it, so the engine can
+    withdraw a slot."""
+    prefix_len = 0
+
     def __init__(self, batch: int, n_cells: int):
         self.tokens = np.full((batch, n_cells), MISSING, dtype=np.int64)
-        self.valid = np.zeros(n_cells, dtype=bool)
+        self.valid = torch.zeros(batch, n_cells, dtype=torch.bool)
 
 
 class ToyAR:
@@ -64,11 +68,11 @@ class ToyAR:
         write = [True] * len(cells) if write is None else write.tolist()
         for c, x, w in zip(cells, toks, write):
             if w:
-                cache.tokens[:, c], cache.valid[c] = x, True
+                cache.tokens[:, c], cache.valid[:, c] = x, True
         out = []
         for j, (c, x) in enumerate(zip(cells, toks)):
             prev = c - 1
-            seen = prev >= 0 and cache.valid[prev] and (cell_mask is None or bool(cell_mask[j, prev]))
+            seen = prev >= 0 and bool(cache.valid[0, prev]) and (cell_mask is None or bool(cell_mask[j, prev]))
             prev1 = int(cache.tokens[0, prev]) if seen else MISSING
             out.append(self._logits(c + 1, prev1, x) if c + 1 < self.N else torch.zeros(self.V))
         return torch.stack(out)[None].expand(tokens.shape[0], -1, -1).clone()

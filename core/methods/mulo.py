@@ -6,6 +6,10 @@ One cycle per band of G low-resolution rows (G = all rows by default):
                as the target of its own run, its steps one level deeper (mulo: a cascade of scales)
   2. upsample  U_r maps the low-res canvas to the target grid; the band's rows are the proposal
   3. verify    one target forward over the band (teacher forcing); pooled mass on B_k >= tau passes
+               (accept=pooled), or the exact test min(1, p/q) of each proposal token (accept=exact: the
+               learned up-sampler's proposal is drawn from its q, any other proposal has a one-hot q). With
+               commit=target a kept cell takes a token drawn from the target's p restricted to B_k, from the
+               same pass (no pass more), instead of the proposal's token
   4. reject    R_T = cells that did not pass; R_X = Chebyshev-l expansion clipped to raster >= t0;
                islands = 8-connected components of R_X
   5. resample  R_X from the target's processed distribution: serial (one cell per forward),
@@ -21,8 +25,14 @@ the verify pass. Verify passes always read the committed bands exactly.
 
 `rejection=raster` is the classic rule instead of steps 4-5: keep the proposal before the first
 cell that did not pass (t0), sample t0 from the verify pass's distribution (its context is the
-committed prefix), then draft again from D_r of what is committed, up-sample, and verify from
+committed prefix; accept=exact: from the residual normalize(max(0, p - q)), which makes every cell
+exactly the target's), then draft again from D_r of what is committed, up-sample, and verify from
 t0 + 1, cycle after cycle until the band is done.
+
+accept=exact with radius 0 (local rejection) repairs in the verify pass itself: a rejected cell takes
+a token from the residual normalize(max(0, p - q)) of that pass, so each cell's token is distributed as
+the target's p given the context it was judged in (the proposal before it), and no island is
+resampled. With radius > 0 the expanded R_X is resampled as under accept=pooled.
 """
 from __future__ import annotations
 
@@ -31,14 +41,14 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..acceptance import accepts, exact_accept_prob, pooled_mass, residual, threshold_accept
+from ..acceptance import accepts, exact_accept_prob, pooled_mass, residual, restricted, threshold_accept
 from ..config import SCHEDULED_DRAFTS, draft_spec
 from ..decoding import UNKNOWN, Decoder, MethodContext, cells_of, decode_step, predict, timed
 from ..islands import expand, label_islands
 from ..sampling import sample
 from ..schedules import island_rows, jacobi_windows, raster_waves, zipar_waves
 from ..trace import Step
-from ..upsampling import TRAINED, UPSAMPLERS, pixel_downsample
+from ..upsampling import TRAINED, UPSAMPLERS, learned_logits, pixel_downsample
 from . import Result, registry
 from .pjd import row_causal_predict
 from .scd import coupled_redraft
@@ -128,6 +138,8 @@ def run(ctx: MethodContext):
     low = np.full(h * w, UNKNOWN, dtype=np.int64)         # drafter prefix (draft, then D_r of commits)
     draft_grid = np.full(h * w, UNKNOWN, dtype=np.int64)  # what the drafter sampled (first draft of each cell)
     proposal = np.full(H * W, UNKNOWN, dtype=np.int64)    # the up-sampled proposal each cell was judged on
+    q_rows: dict[int, torch.Tensor] = {}                  # accept=exact, upsampler=learned: q of each proposed cell
+    sampled = p.accept == "exact" and p.upsampler == "learned"
     count = dict(judged=0, passed=0, kept=0)
     levels: list[dict] = []                               # the drafter's levels when it is a run of its own
 
@@ -155,13 +167,28 @@ def run(ctx: MethodContext):
         """2. upsample: the low-res canvas through U_r; cells [start, stop) of the target grid get it."""
         f: dict = {}
         with timed(f):
-            up = upsample(_low_canvas(low, h, w, rows_done), r, ctx.tokenizer, net).reshape(-1).numpy()
-            proposal[start:stop] = up[start:stop]
+            canvas = _low_canvas(low, h, w, rows_done)
+            if sampled:   # the proposal drawn from the up-sampler's own distribution q at every cell
+                q = learned_logits(canvas, r, net).float().softmax(0).reshape(ctx.tokenizer.vocab_size, -1).T.cpu()
+                proposal[start:stop] = sample(q[start:stop], ctx.gen).numpy()
+                q_rows.update(zip(range(start, stop), q[start:stop]))
+            else:
+                up = upsample(canvas, r, ctx.tokenizer, net).reshape(-1).numpy()
+                proposal[start:stop] = up[start:stop]
         yield Step("upsample", None, 0, f["wall_ms"], cells_of(range(start, stop), W), proposal[start:stop].tolist())
+
+    def q_of(cells) -> torch.Tensor:
+        """(len(cells), V) the distribution each cell's proposal was drawn from: the learned up-sampler's
+        q when sampled, else the one-hot of the (deterministic) proposal."""
+        if sampled:
+            return torch.stack([q_rows[int(c)] for c in cells])
+        x = torch.from_numpy(proposal[np.asarray(cells, dtype=np.int64)])
+        return torch.nn.functional.one_hot(x, ctx.tokenizer.vocab_size).float()
 
     def verify(start: int, stop: int) -> tuple[torch.Tensor, np.ndarray, dict]:
         """3. verify: one target forward over cells [start, stop), the proposal teacher-forced, the
-        committed cells read exactly. Returns the (n, V) distributions, the verdicts and step fields."""
+        committed cells read exactly. Returns the (n, V) distributions, the verdicts and step fields
+        (accept=exact: `prob`, each cell's min(1, p/q))."""
         f: dict = {}
         with timed(f, (target,)):
             if target.p0 is None:
@@ -169,11 +196,41 @@ def run(ctx: MethodContext):
             forced = final.copy()
             forced[start:stop] = proposal[start:stop]
             probs = predict(target, list(range(start, stop)), forced, context="exact")     # (n, V)
-            pooled = pooled_mass(probs, torch.from_numpy(proposal[start:stop]), ctx.neighbours, p.k)
-            passed = threshold_accept(pooled, p.tau).numpy()
+            x = torch.from_numpy(proposal[start:stop])
+            pooled = pooled_mass(probs, x, ctx.neighbours, p.k)
+            if p.accept == "exact":
+                rows = torch.arange(stop - start)
+                a = exact_accept_prob(probs[rows, x], q_of(range(start, stop))[rows, x])
+                passed = (torch.rand(stop - start, generator=ctx.gen) < a).numpy()    # as accepts, per cell
+                f["prob"] = [round(float(v), 9) for v in a]
+            else:
+                passed = threshold_accept(pooled, p.tau).numpy()
         count["judged"] += stop - start
         count["passed"] += int(passed.sum())
         return probs, passed, dict(f, pooled=pooled.numpy())
+
+    def commit_kept(probs: torch.Tensor, start: int, kept: np.ndarray):
+        """commit=target: the kept cells start + kept (offsets into the verify pass's rows) take tokens
+        drawn from the target's p restricted to their B_k, from the verify pass; one event, no pass."""
+        if p.commit != "target" or len(kept) == 0:
+            return
+        g: dict = {}
+        with timed(g):
+            cells = start + kept
+            x = torch.from_numpy(proposal[cells])
+            final[cells] = sample(restricted(probs[torch.from_numpy(kept)], x, ctx.neighbours, p.k), ctx.gen).numpy()
+        yield Step("resample", "target", 0, g["wall_ms"], cells_of(cells, W), final[cells].tolist(),
+                   dict(rule="B_k", agreed=int((final[cells] == proposal[cells]).sum())))
+
+    def commit_residual(probs: torch.Tensor, start: int, rejected: np.ndarray):
+        """accept=exact: rejected cells start + rejected take tokens from the residual normalize(max(0, p - q))
+        of the verify pass; one event, no pass."""
+        g: dict = {}
+        with timed(g):
+            cells = start + rejected
+            rows = probs[torch.from_numpy(rejected)]
+            final[cells] = sample(residual(rows, q_of(cells)), ctx.gen).numpy()
+        yield Step("resample", "target", 0, g["wall_ms"], cells_of(cells, W), final[cells].tolist(), dict(rule="residual"))
 
     def verify_step(f: dict, row0: int, row1: int, start: int, passed: np.ndarray, r_x: np.ndarray,
                     islands: np.ndarray) -> Step:
@@ -184,15 +241,17 @@ def run(ctx: MethodContext):
         verdict = [None] * skip + passed.tolist()
         rows = lambda a: [a[i * W:(i + 1) * W] for i in range(n // W)]  # noqa: E731
         rejected = int((~passed).sum())
-        return Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(range(start, row1 * W), W), None, dict(
-            band=[row0, row1], pooled=rows(pooled), accepted=rows(verdict), resample=r_x.tolist(),
-            islands=islands.tolist(), fed=f["fed"], rejected=rejected, n_islands=int(islands.max(initial=0))))
+        extra = dict(band=[row0, row1], pooled=rows(pooled), accepted=rows(verdict), resample=r_x.tolist(),
+                     islands=islands.tolist(), fed=f["fed"], rejected=rejected, n_islands=int(islands.max(initial=0)))
+        if "prob" in f:
+            extra["prob"] = f["prob"]
+        return Step("verify", "target", f["nfe"], f["wall_ms"], cells_of(range(start, row1 * W), W), None, extra)
 
     def local_band(row_lo: int, row_hi: int):
         band = slice(row_lo * r * W, row_hi * r * W)
         yield from draft(row_lo * w, row_hi * w)
         yield from propose(band.start, band.stop, row_hi)
-        _, passed, f = verify(band.start, band.stop)
+        probs, passed, f = verify(band.start, band.stop)
         # 4. reject: R_T -> R_X (local expansion) -> islands
         shape = ((row_hi - row_lo) * r, W)
         r_x = expand(~passed.reshape(shape), p.radius)
@@ -204,6 +263,11 @@ def run(ctx: MethodContext):
         band_final[r_x.reshape(-1)] = UNKNOWN
         final[band] = band_final
         count["kept"] += int((~r_x).sum())
+        yield from commit_kept(probs, band.start, np.flatnonzero(~r_x.reshape(-1)))
+        if p.accept == "exact" and p.radius == 0:   # repaired in the verify pass: no island
+            if r_x.any():
+                yield from commit_residual(probs, band.start, np.flatnonzero(r_x.reshape(-1)))
+            return
         labels = np.zeros((H, W), dtype=np.int64)
         labels[row_lo * r:row_hi * r] = islands
         if p.resample == "jacobi":
@@ -224,17 +288,22 @@ def run(ctx: MethodContext):
             t0 = band.stop if len(fails) == 0 else start + int(fails[0])
             final[start:t0] = proposal[start:t0]
             count["kept"] += t0 - start
+            kept_step = list(commit_kept(probs, start, np.arange(t0 - start)))
             discarded = np.zeros(band.stop - band.start, dtype=bool)
             discarded[t0 - band.start:] = True
             discarded = discarded.reshape(-1, W)
             yield verify_step(f, row_lo * r, row_hi * r, start, passed, discarded, label_islands(discarded))
+            yield from kept_step
             if t0 == band.stop:
                 return
             # 4-5. t0 from the verify pass's distribution: its context is exactly the committed prefix
-            g: dict = {}
-            with timed(g):
-                final[t0] = int(sample(probs[t0 - start], ctx.gen))
-            yield Step("resample", "target", 0, g["wall_ms"], cells_of([t0], W), [int(final[t0])], dict(wave=0))
+            if p.accept == "exact":
+                yield from commit_residual(probs, start, np.array([t0 - start]))
+            else:
+                g: dict = {}
+                with timed(g):
+                    final[t0] = int(sample(probs[t0 - start], ctx.gen))
+                yield Step("resample", "target", 0, g["wall_ms"], cells_of([t0], W), [int(final[t0])], dict(wave=0))
             start = t0 + 1
             if start == band.stop:
                 return
@@ -274,7 +343,8 @@ def run(ctx: MethodContext):
 def expected_steps(params, grid: tuple[int, int]) -> int:
     """The drafter's grid as a run of its own (the same estimate, one level down), the verify pass, then
     the resampling waves: a few at l = 0 (cells resampled alone), about 8 W / w + h per unit of radius
-    when the expansion merges them into islands (measured on the 100-prompt sweep)."""
+    when the expansion merges them into islands (measured on the 100-prompt sweep); none with accept=exact at
+    radius 0."""
     from . import expected_steps as of_method
     H, W = grid
     h = H // params.scale
@@ -283,4 +353,6 @@ def expected_steps(params, grid: tuple[int, int]) -> int:
         draft = of_method(name, sub, (h, W // params.scale))
     except ValueError:
         draft = h * (W // params.scale)
+    if params.radius == 0 and params.accept == "exact":
+        return draft + 1          # rejected cells are repaired in the verify pass
     return draft + 1 + (6 if params.radius == 0 else (8 * W // max(params.window, 1) + h) * params.radius)
