@@ -67,6 +67,35 @@ def test_the_words_of_each_step_quote_its_own_table(steps):
     assert steps[1][3] == "**Question.** " + lesson.STEPS[0].question
 
 
+def test_a_repeated_step_is_answered_from_its_remembered_run_and_another_prompt_or_seed_is_not(steps, monkeypatch):
+    """A class pressing one step: the second press on the same prompt, seed and pair runs no model and
+    says where its numbers come from; a change of seed or prompt runs the step again."""
+    def no_model(*args, **kw):
+        raise AssertionError("the step ran a model")
+    monkeypatch.setattr(lesson, "run_stoppable", no_model)
+    monkeypatch.setattr(lesson, "ar_baseline", no_model)
+    again = run(6)
+    assert again[1:5] == steps[6][1:5] and len(again[0]) == len(steps[6][0])
+    assert again[5].startswith(f"Done: {lesson.STEPS[5].title} on seed {SEED}, from the remembered run")
+    assert "the images, the table and its wall ms are that run's" in again[5]
+    assert "remembered" not in steps[6][5] and "this run's" in steps[6][5]
+    for other in (dict(seed=SEED + 1), dict(prompt=PROMPT.replace("striped", "checkered"))):
+        with pytest.raises(AssertionError, match="the step ran a model"):
+            run(6, **other)
+
+
+def test_the_remembered_steps_stay_within_their_bytes(monkeypatch):
+    monkeypatch.setattr(lesson, "_REMEMBERED", type(lesson._REMEMBERED)())
+    monkeypatch.setattr(lesson, "REMEMBERED_BYTES", 3 * 1000)
+    picture = lambda: [(np.zeros(1000, np.uint8), "x")]   # noqa: E731
+    for n in range(5):
+        lesson._remember(("k", n), (picture(), [], "", "", "", ""))
+    assert list(lesson._REMEMBERED) == [("k", 2), ("k", 3), ("k", 4)]
+    lesson._recall(("k", 2))                    # used: the last to go
+    lesson._remember(("k", 5), (picture(), [], "", "", "", ""))
+    assert list(lesson._REMEMBERED) == [("k", 4), ("k", 2), ("k", 5)]
+
+
 @pytest.mark.long("the lesson's runs again at another seed (its negative control)")
 def test_another_seed_gives_other_numbers_in_the_same_words():
     """Control: the text is computed from the run, so a different seed changes the quoted numbers."""
