@@ -103,10 +103,13 @@ class SuiteClock:
 
     def __init__(self, config):
         self.config, self.started, self.calls, self.breaches = config, time.monotonic(), {}, []
+        self.busy: dict[str, float] = {}     # worker -> seconds of setup, call and teardown it ran
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call":
             self.calls[report.nodeid] = (report.duration, "long" in report.keywords)
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+        self.busy[worker] = self.busy.get(worker, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session):
         wall = time.monotonic() - self.started
@@ -124,6 +127,8 @@ class SuiteClock:
         terminalreporter.write_line(f"suite time: {time.monotonic() - self.started:.0f} s wall-clock for "
                                     f"{len(self.calls)} tests (budget {BUDGET_S:.0f} s; a test past "
                                     f"{LONG_S:.0f} s must be marked long)")
+        terminalreporter.write_line("busy: " + ", ".join(f"{w} {s:.0f} s" for w, s in sorted(self.busy.items()))
+                                    + " (a worker's tests; the rest of its wall-clock it waited)")
         for line in self.breaches:
             terminalreporter.write_line(f"TIME BUDGET BREACHED: {line}", red=True, bold=True)
 
