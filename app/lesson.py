@@ -1,5 +1,5 @@
-"""The Lesson tab: eight steps through speculative decoding of images, from ar to the speed–quality
-frontier. Each step is one button: it runs its settings on the prompt and seed chosen above, shows
+"""The Lesson tab: nine steps through speculative decoding of images, from ar to the speed–quality
+frontier and what a kept cell commits. Each step is one button: it runs its settings on the prompt and seed chosen above, shows
 the images and a table of the runs, says what to look at with this run's numbers (never text written
 in advance) and asks one question whose answer is in the table; the answer, computed from the same
 numbers, waits under a fold.
@@ -137,6 +137,39 @@ STEPS = (
          "Which τ keeps the log-lik gap closest to 0, and at what speed-up in passes?",
          lambda r: (lambda k: f"{k}: gap {_gap(r[k])} nats/token at {_x(r[k])} the passes of ar.")(
              min(("τ 0 (no verification)", "τ 0.5", "τ 0.9"), key=lambda k: abs(r[k]["gap"])))),
+)
+
+
+_KEEP, _B_K, _EXACT, _JACOBI = ("proposal kept", "target's token in B_k", "exact test, residual",
+                                 "Jacobi repair from the proposal")
+
+
+def _closer(a: dict, b: dict) -> str:
+    """Whether b's log-lik gap is closer to 0 than a's, in words."""
+    return "closer to" if abs(b["gap"]) < abs(a["gap"]) else "no closer to"
+
+
+STEPS = STEPS + (
+    Step("9. What a kept cell commits, at r = 4", ((_KEEP, dict(method="mulo", scale=4, tau=0.5, k=16, radius=0)),
+                                                   (_B_K, dict(method="mulo", scale=4, tau=0.5, k=16, radius=0,
+                                                               commit="target")),
+                                                   (_EXACT, dict(method="mulo", scale=4, accept="exact", radius=0)),
+                                                   (_JACOBI, dict(method="mulo", scale=4, tau=1.0, k=0, radius=0,
+                                                                  resample="jacobi", draft_window=4, window=1))),
+         lambda r: (f"One 8×8 draft, four endings. Keeping the proposal wherever its pooled mass passes τ 0.5: "
+                    f"{_x(r[_KEEP])} the passes of ar, {_pc(r[_KEEP]['kept'])} kept, log-lik gap {_gap(r[_KEEP])}. "
+                    f"Committing the target's own token inside B_k instead (drawn from the same verify pass, no pass "
+                    f"more): gap {_gap(r[_B_K])}, {_closer(r[_KEEP], r[_B_K])} ar's. The exact test min(1, p/q): "
+                    f"{_pc(r[_EXACT]['passed'])} of the proposals pass, the rest are drawn from the residual in the "
+                    f"same pass ({r[_EXACT]['target']} target passes): {_x(r[_EXACT])}, gap {_gap(r[_EXACT])}, since "
+                    "each cell is the target's choice given the proposal before it, not the cells it ends beside. "
+                    f"The proposal as the first guess of a Jacobi repair of the whole grid (pjd's row-causal "
+                    f"iteration; every cell tested or drawn by the target): {r[_JACOBI]['target']} target + "
+                    f"{r[_JACOBI]['drafter']} drafter passes, {_x(r[_JACOBI])}, gap {_gap(r[_JACOBI])}: here the "
+                    "draft buys target passes, not kept cells."),
+         "Which ending kept the image as probable as ar's (gap closest to 0), and at what speed-up in passes?",
+         lambda r: (lambda k: f"{k}: gap {_gap(r[k])} nats/token at {_x(r[k])} the passes of ar.")(
+             min((_KEEP, _B_K, _EXACT, _JACOBI), key=lambda k: abs(r[k]["gap"])))),
 )
 
 
@@ -284,7 +317,7 @@ def build(gallery_class) -> dict:
 
 
 def wire(c: dict, knobs: dict, model_events: dict) -> None:
-    """Each button runs its step on the Run tab's prompt, seed and model pair (api lesson_1 … lesson_8)."""
+    """Each button runs its step on the Run tab's prompt, seed and model pair (api lesson_1 … lesson_9)."""
     outputs = [c["gallery"], c["table"], c["look"], c["question"], c["answer"], c["status"]]
     for n, (button, number) in enumerate(zip(c["buttons"], c["steps"])):
         button.click(run_step, [number, knobs["prompt"], knobs["seed"], knobs["model"]], outputs,

@@ -83,7 +83,8 @@ EXPLAIN = {
               "this CPU also pays for the drafter and the up-sampler.",
     "scrubber": "Replay the run: the canvas as it stood after each step (left, the drafter's low-resolution "
                 "grid; right, the target grid), coloured as the key under it says.",
-    "lesson": "**A guided lesson in eight steps**, from ar to the speed–quality frontier. Each button runs its "
+    "lesson": "**A guided lesson in nine steps**, from ar to the speed–quality frontier and what a kept cell "
+              "commits. Each button runs its "
               "settings on the prompt and seed of the Run tab (ar first, the reference of every quality number), "
               "then says what to look at with this run's numbers and asks one question whose answer is in the "
               "table; the answer waits under the fold. Stop ends a step at its next run.",

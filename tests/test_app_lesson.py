@@ -36,9 +36,10 @@ def _pc(text: str) -> float:
     return float(text.rstrip(" %")) / 100
 
 
-def test_there_are_eight_steps_from_ar_to_the_frontier():
-    assert len(lesson.STEPS) == 8
-    assert lesson.STEPS[0].title.startswith("1. ar") and "frontier" in lesson.STEPS[-1].title
+def test_there_are_nine_steps_from_ar_to_the_frontier_and_what_a_kept_cell_commits():
+    assert len(lesson.STEPS) == 9
+    assert lesson.STEPS[0].title.startswith("1. ar") and "frontier" in lesson.STEPS[7].title
+    assert lesson.STEPS[8].title.startswith("9. What a kept cell commits")
 
 
 def test_each_step_shows_the_phenomenon_its_text_names(steps):
@@ -55,6 +56,12 @@ def test_each_step_shows_the_phenomenon_its_text_names(steps):
     fast, strict = t[8]["τ 0 (no verification)"], t[8]["τ 0.9"]
     assert fast["passes (target + drafter)"] < strict["passes (target + drafter)"]
     assert fast["log-lik gap (nats/token)"] < strict["log-lik gap (nats/token)"] - 1.0     # what verification buys
+    keep, b_k, exact, jacobi = (t[9][k] for k in (lesson._KEEP, lesson._B_K, lesson._EXACT, lesson._JACOBI))
+    gap = "log-lik gap (nats/token)"
+    assert keep["passes (target + drafter)"] == b_k["passes (target + drafter)"]        # the same draft and passes
+    assert keep["kept"] == b_k["kept"] and b_k[gap] > keep[gap]                        # the target's token in B_k
+    assert exact["target passes"] == 2 and _pc(exact["passed test"]) < 0.5              # prefill + verify, no island
+    assert abs(jacobi[gap]) < min(abs(keep[gap]), abs(b_k[gap]), abs(exact[gap]))      # the repair keeps quality
 
 
 def test_the_words_of_each_step_quote_its_own_table(steps):
@@ -129,11 +136,11 @@ def test_the_entropy_quoted_is_the_targets_over_a_cache_free_forward_of_each_pre
 
 def test_a_step_out_of_range_is_refused_by_name():
     import gradio as gr
-    with pytest.raises(gr.Error, match="lesson step must be 1 to 8; got 9"):
-        run(9)
+    with pytest.raises(gr.Error, match="lesson step must be 1 to 9; got 10"):
+        run(10)
 
 
-@pytest.mark.long("the eight steps' runs, each drawn in the browser")
+@pytest.mark.long("the nine steps' runs, each drawn in the browser")
 @pytest.mark.skipif(not present(), reason=MISSING)
 def test_the_lesson_walked_start_to_end_in_the_browser():
     """Open the Lesson tab, press each of the eight buttons in turn, wait for its Done, and read the
