@@ -13,8 +13,6 @@ The test is Pearson's over bins (cell, the two proposal tokens before it, token)
 the sum over runs of the exact probability (outcomes expected fewer than 5 times pooled). A correct rule
 fails it with probability P_MIN; the controls land below 1e-9.
 """
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
@@ -35,11 +33,30 @@ torch.manual_seed(5)
 LEARNED = TokenUpsampler(TokenUpsamplerConfig(scale=2, vocab_size=V, embed=4, width=8, depth=1, cell=4)).eval()
 
 
+class ToyCodes(torch.nn.Module):
+    """The toys' tokenizer: a code is its own grey level (decode), a grey level rounds to a code (encode);
+    the raster rule's down-sampling goes through it."""
+    vocab_size = V
+
+    def __init__(self):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)   # its device
+
+    def decode(self, tokens):
+        return tokens[:, None].float()
+
+    def encode(self, img):
+        return img[:, 0].round().clamp(0, V - 1).long()
+
+
+CODES = ToyCodes()
+
+
 def runs(seed0: int = 0, **params) -> list:
     """RUNS results of mulo on the toys, (proposal, tokens, steps) each."""
     out = []
     for n in range(RUNS):
-        ctx = MethodContext(target=TARGET, drafter=DRAFTER, tokenizer=SimpleNamespace(vocab_size=V), grid=GRID,
+        ctx = MethodContext(target=TARGET, drafter=DRAFTER, tokenizer=CODES, grid=GRID,
                             caption=lambda g: (torch.zeros(1, dtype=torch.long), torch.ones(1, dtype=torch.bool)),
                             sampling=SamplingConfig(cfg=1.0), params=MethodParams(scale=2, **params),
                             gen=torch.Generator().manual_seed(seed0 + n), neighbours=NEIGHBOURS,
@@ -51,6 +68,21 @@ def runs(seed0: int = 0, **params) -> list:
         except StopIteration as stop:
             out.append((stop.value.proposal.reshape(-1), stop.value.tokens.reshape(-1), steps))
     return out
+
+
+def test_raster_rejection_with_the_exact_test_gives_every_cell_the_target_s_p_given_the_committed_cells():
+    """rejection=raster, accept=exact: the first rejected cell takes the residual, the rest is drafted again;
+    every cell's context is then the committed cells before it, so the runs are the target's joint (each
+    conditional given the two final tokens before it)."""
+    results = runs(accept="exact", rejection="raster", draft_rows=1, upsampler="nearest")
+    assert sum(len([s for s in steps if s.phase == "verify"]) > 2 for _, _, steps in results) > RUNS // 4
+    as_judged = [(final, final, steps) for _, final, steps in results]   # the context: the committed tokens
+    assert tally(as_judged, lambda p, x: p, every_cell) > P_MIN
+    with pytest.MonkeyPatch.context() as m:   # control: the first rejected cell drawn from p, not the residual
+        m.setattr(mulo, "residual", lambda p, q: p)
+        bad = [(final, final, steps) for _, final, steps in
+               runs(accept="exact", rejection="raster", draft_rows=1, upsampler="nearest")]
+        assert tally(bad, lambda p, x: p, every_cell) < P_CONTROL
 
 
 def judged(proposal: np.ndarray, c: int) -> tuple[tuple, torch.Tensor]:
