@@ -77,6 +77,11 @@ def run_config(configs: list[tuple[str, RunConfig]], n_prompts: int, seed: int) 
                 base=dict(sampling=dataclasses.asdict(base.sampling), params=dataclasses.asdict(base.params)))
 
 
+# Knobs added after run folders were written, at the value that reproduces what every run made before
+# they existed: a folder whose config lacks one resumes as if it said this value.
+ADDED_KNOBS = {"base": {"params": {"accept": "pooled", "commit": "proposal"}}}
+
+
 def check_seeds(seed: int, n_prompts: int) -> None:
     """Every seed a bench of n_prompts draws (prompt i at seed + i, its reference at seed + i + REFERENCE_SEED)
     is one the engine takes: ParameterError naming seed otherwise, before any work."""
@@ -106,14 +111,14 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
     refusal = None
     if ranks.main:
         try:
-            folder.claim(run_config(configs, n_prompts, seed))
+            folder.claim(run_config(configs, n_prompts, seed), added=ADDED_KNOBS)
         except RunFolderError as e:
             refusal = str(e)
     refusal = broadcast(refusal, ranks)  # every rank stops on rank 0's refusal, none waits for it
     if refusal:
         raise RunFolderError(refusal)
     if not ranks.main:
-        folder.claim(run_config(configs, n_prompts, seed), write=False)
+        folder.claim(run_config(configs, n_prompts, seed), write=False, added=ADDED_KNOBS)
     scenes = heldout(n_prompts)
     model = configs[0][1].model
     ar_cfg = next(cfg for _, cfg in configs if cfg.method == "ar")

@@ -39,6 +39,17 @@ def _differences(old, new, where: str = "") -> list[str]:
     return [] if old == new else [f"{where.rstrip('.') or 'config'}: {old!r} there, {new!r} now"]
 
 
+def _with_added(old, added):
+    """old with every key of `added` (a nested dict) that old lacks filled in from it: a knob the code gained
+    after the folder was written, at the value every run had before it existed."""
+    if not (isinstance(old, dict) and isinstance(added, dict)):
+        return old
+    out = dict(old)
+    for k, v in added.items():
+        out[k] = _with_added(old[k], v) if k in old else v
+    return out
+
+
 class RunFolder:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -46,8 +57,10 @@ class RunFolder:
         self._records: dict[tuple, dict] = {}
         self._out = None
 
-    def claim(self, config: dict, write: bool = True) -> None:
-        """Check that the folder holds this configuration; a new folder gets it (when `write`)."""
+    def claim(self, config: dict, write: bool = True, added: dict | None = None) -> None:
+        """Check that the folder holds this configuration; a new folder gets it (when `write`). `added`
+        (nested like config): the value a field the folder's config lacks is taken to have had (a knob
+        added since, at the value that reproduces what ran before it)."""
         config = json.loads(json.dumps(config))  # the form it takes on disk
         f = self.path / CONFIG
         if f.exists():
@@ -55,7 +68,7 @@ class RunFolder:
                 old = json.loads(f.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise RunFolderError(f"{f} is not valid JSON ({e}); remove the folder or choose another --out")
-            diff = _differences(old, config)
+            diff = _differences(_with_added(old, added), config)
             if diff:
                 raise RunFolderError(f"{self.path} holds a run of another configuration ({'; '.join(diff)}); "
                                      f"rerun the command that started it to resume, or choose another --out")
