@@ -11,13 +11,8 @@ teacher-forced forward (core.ambiguity).
 from __future__ import annotations
 
 import math
-import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable
-
-import numpy as np
 
 import gradio as gr
 
@@ -29,6 +24,7 @@ from . import render
 from .control import GPU, Stopped, ar_baseline, run_stoppable, running, session_of
 from .inputs import checked
 from .messages import short, user_error
+from .remembered import Remembered, images_bytes
 
 COLUMNS = ["run", "passes (target + drafter)", "target passes", "drafter passes", "passed test", "kept",
            "islands", "cells resampled", "sharpness ÷ ar", "log-lik gap (nats/token)", "wall ms"]
@@ -220,32 +216,8 @@ def _empty(status: str):
     return [], [], "", "", "", status
 
 
-# Finished steps, by (step, prompt, seed, model pair): a step is a function of these alone (its runs are
-# seeded), so a repeated click -- a class pressing the same step -- is answered from here at once, and says
-# so. Bounded by the bytes of the images kept (the table and words are small beside them).
-REMEMBERED_BYTES = 64 * 2 ** 20
-_REMEMBERED: OrderedDict = OrderedDict()      # key -> (monotonic time it finished, its last output)
-_REMEMBERED_LOCK = threading.Lock()
-
-
-def _bytes_of(out) -> int:
-    return sum(img.nbytes for img, _ in out[0] if isinstance(img, np.ndarray))
-
-
-def _recall(key):
-    with _REMEMBERED_LOCK:
-        hit = _REMEMBERED.get(key)
-        if hit is not None:
-            _REMEMBERED.move_to_end(key)
-        return hit
-
-
-def _remember(key, out) -> None:
-    with _REMEMBERED_LOCK:
-        _REMEMBERED[key] = (time.monotonic(), out)
-        _REMEMBERED.move_to_end(key)
-        while len(_REMEMBERED) > 1 and sum(_bytes_of(o) for _, o in _REMEMBERED.values()) > REMEMBERED_BYTES:
-            _REMEMBERED.popitem(last=False)
+# Finished steps by (step, prompt, seed, model pair): a repeated press is answered from here (app.remembered)
+REMEMBERED = Remembered(64 * 2 ** 20, lambda out: images_bytes(out[0]))
 
 
 @GPU
@@ -262,13 +234,12 @@ def run_step(request: gr.Request | None, n, prompt, seed, model="embedded"):
     base = RunConfig(prompt=prompt, seed=int(seed), model=model)
     pair = checked(base)
     key = (n, base.prompt, base.seed, base.model)
-    hit = _recall(key)
+    hit = REMEMBERED.recall(key)
     if hit is not None:
-        done, (gallery, table, look, question, answer, _) = hit
+        ago, (gallery, table, look, question, answer, _) = hit
         yield (list(gallery), [list(r) for r in table], look, question, answer,
                f"Done: {step.title} on seed {base.seed}, from the remembered run of this step on this prompt, seed "
-               f"and model pair ({time.monotonic() - done:.0f} s ago; the images, the table and its wall ms are "
-               "that run's).")
+               f"and model pair ({ago:.0f} s ago; the images, the table and its wall ms are that run's).")
         return
     session = session_of(request)
     rows, gallery, table = {}, [], []
@@ -294,7 +265,7 @@ def run_step(request: gr.Request | None, n, prompt, seed, model="embedded"):
             return
     out = (list(gallery), [list(r) for r in table], step.look(rows), f"**Question.** {step.question}",
            step.answer(rows), f"Done: {step.title} on seed {base.seed} (the images and the table are this run's).")
-    _remember(key, out)
+    REMEMBERED.keep(key, out)
     yield out
 
 

@@ -5,10 +5,13 @@ a fresh page; out-of-range values named, never clamped; no text overlapping othe
 screen sizes. Leaves screenshots in the test's tmp_path."""
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 
+from app import comparison, inputs
 from appserver import running_app
+from core import engine
 from chromium import LONG, MISSING, RAN_TO_DONE, RECORD_STATUS, generate_and_wait, launch, open_page, present
 
 pytestmark = pytest.mark.skipif(not present(), reason=MISSING)
@@ -462,6 +465,54 @@ def test_the_compare_tab_shows_every_image_and_every_column_at_1024_wide(page):
     assert wide[0] <= wide[1] + 2, wide
     page.get_by_role("tab", name="Run").click()
     page.set_viewport_size({"width": 1440, "height": 900})
+
+
+def _knobs_of(run) -> list:
+    """The KNOBS-order values of a run config (what a client sends for it)."""
+    fields = {"method": run.method, "prompt": run.prompt, "seed": run.seed, "model": run.model}
+    return [fields[k] if k in fields else getattr(run.sampling, k) if k in inputs.SAMPLING_FIELDS
+            else getattr(run.params, k) for k in inputs.KNOBS]
+
+
+def test_compare_through_gradio_client_gives_every_method_and_says_it_is_remembered(page, app_url):
+    """The /compare endpoint, on the knobs of the comparison the page made above (the overlap test's):
+    the same server answers from its remembered comparison and says so; the figures are checked against
+    the engine's own runs."""
+    from gradio_client import Client
+    from playwright.sync_api import expect
+
+    from core import likelihood
+    from core.config import MethodParams
+    done = [k for k in comparison.REMEMBERED.keys() if k[1] is False]
+    if not done:   # run alone: the page's comparison first
+        page.get_by_role("tab", name="Compare").click()
+        page.locator("#compare-run").click()
+        expect(page.locator("#compare-status")).to_contain_text("Compared", timeout=LONG)
+        done = [k for k in comparison.REMEMBERED.keys() if k[1] is False]
+    run = done[-1][2]
+    gallery, table, plot, status = Client(app_url, verbose=False).predict(*_knobs_of(run), api_name="/compare")
+    assert "Remembered: this comparison of these knobs finished" in status
+    col = {name: n for n, name in enumerate(comparison.COMPARE_COLUMNS)}
+    assert table["headers"] == comparison.COMPARE_COLUMNS
+    rows = {row[0]: row for row in table["data"]}
+    assert {"ar", "zipar", "mulo"} <= set(rows) and table["data"][0][0] == "ar"   # ar timed first
+    mulo, cells = rows["mulo"], rows["ar"][col["target NFE"]]
+    assert rows["ar"][col["passes speedup"]] == 1 and cells == 1024
+    assert mulo[col["passes speedup"]] == round(cells / mulo[col["passes (target + drafter)"]], 2)
+    assert mulo[col["passes (target + drafter)"]] == mulo[col["target NFE"]] + mulo[col["drafter NFE"]]
+    assert mulo[col["target NFE speedup (detail)"]] == round(cells / mulo[col["target NFE"]], 2)
+    adherence = col["prompt adherence (embedded pair)"]
+    assert all(0 <= row[adherence] <= 1 for row in rows.values() if row[adherence] is not None)
+    assert len(gallery) >= 3 and "Compared" in status and "`python -m core bench`" in status
+    # quality against ar's image: ar is the reference; mulo's from likelihood.against_ar of the engine's runs
+    assert (rows["ar"][col["sharpness ÷ ar"]], rows["ar"][col["log-lik gap (nats/token)"]]) == (1.0, 0.0)
+    pair = engine.load_pair(run.model)
+    mine = engine.run(replace(run, method="mulo"), pair)
+    ar = engine.run(replace(run, method="ar", params=MethodParams()), pair)
+    want = likelihood.against_ar(pair, mine, ar)
+    assert mulo[col["target NFE"]] == mine.totals["target_nfe"]
+    assert mulo[col["sharpness ÷ ar"]] == pytest.approx(want["sharpness"], abs=0.0051)
+    assert mulo[col["log-lik gap (nats/token)"]] == pytest.approx(want["loglik_gap"], abs=5.1e-4)
 
 
 def test_the_explanations_follow_the_chosen_method(page):

@@ -74,28 +74,31 @@ def test_an_sjd_run_maps_each_tested_position_and_says_why_panels_are_empty(clie
 
 
 @pytest.mark.long("Compare runs every method of the menu on the embedded pair")
-def test_compare_runs_every_method_on_one_seed(client):
-    gallery, table, plot, status = client.predict(*knobs(tau=0.0), api_name="/compare")
-    col = {name: n for n, name in enumerate(comparison.COMPARE_COLUMNS)}
-    assert table["headers"] == comparison.COMPARE_COLUMNS
-    rows = {row[0]: row for row in table["data"]}
-    assert {"ar", "zipar", "mulo"} <= set(rows) and table["data"][0][0] == "ar"   # ar timed first
-    mulo = rows["mulo"]
-    assert rows["ar"][col["passes speedup"]] == 1
-    # tau = 0: one verify pass after the drafter's passes; the headline counts both
-    assert mulo[col["passes speedup"]] == round(1024 / mulo[col["passes (target + drafter)"]], 2)
-    assert mulo[col["passes (target + drafter)"]] == mulo[col["target NFE"]] + mulo[col["drafter NFE"]]
-    assert mulo[col["target NFE speedup (detail)"]] > 100
-    adherence = col["prompt adherence (embedded pair)"]
-    assert all(0 <= row[adherence] <= 1 for row in rows.values() if row[adherence] is not None)
-    assert len(gallery) >= 3 and "Compared" in status and "`python -m core bench`" in status
-    # quality against ar's image: ar is the reference; mulo's from likelihood.against_ar of the same runs
-    assert (rows["ar"][col["sharpness ÷ ar"]], rows["ar"][col["log-lik gap (nats/token)"]]) == (1.0, 0.0)
-    run = inputs.run_config(*knobs(tau=0.0))
-    want = against_ar(engine.run(run, engine.load_pair(run.model)), tau=0.0)
-    assert abs(want["sharpness"] - 1 / want["sharpness"]) > 0.05 and want["loglik_gap"] < -0.05
-    assert mulo[col["sharpness ÷ ar"]] == pytest.approx(want["sharpness"], abs=0.0051)
-    assert mulo[col["log-lik gap (nats/token)"]] == pytest.approx(want["loglik_gap"], abs=5.1e-4)
+def test_a_repeated_comparison_is_answered_from_the_remembered_one_and_a_changed_knob_is_not(monkeypatch):
+    """Two runs (ar, zipar) through the comparison's own loop: the second press of the same knobs runs no
+    model and says so; another seed, or another window, runs again."""
+    monkeypatch.setattr(comparison, "REMEMBERED", type(comparison.REMEMBERED)(2 ** 26, lambda out: 0))
+    run = inputs.run_config(*knobs())
+
+    def compare(r):
+        jobs = [("zipar", replace(r, method="zipar"))]
+        out = None
+        for out in comparison._side_by_side(None, r, engine.load_pair(r.model), jobs, "two methods"):
+            pass
+        return out
+    first = compare(run)
+    assert "Compared two methods" in first[3] and "Remembered" not in first[3]
+
+    def no_model(*args, **kw):
+        raise AssertionError("the comparison ran a model")
+    monkeypatch.setattr(comparison, "run_stoppable", no_model)
+    monkeypatch.setattr(comparison, "ar_baseline", no_model)
+    again = compare(run)
+    assert again[1] == first[1] and len(again[0]) == len(first[0])
+    assert again[3].startswith(first[3]) and "Remembered: this comparison of these knobs finished" in again[3]
+    for other in (replace(run, seed=run.seed + 1), run.with_params(window=2)):
+        with pytest.raises(AssertionError, match="the comparison ran a model"):
+            compare(other)
 
 
 def _image(item) -> "np.ndarray":

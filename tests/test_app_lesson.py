@@ -91,16 +91,16 @@ def test_a_repeated_step_is_answered_from_its_remembered_run_and_another_prompt_
             run(6, **other)
 
 
-def test_the_remembered_steps_stay_within_their_bytes(monkeypatch):
-    monkeypatch.setattr(lesson, "_REMEMBERED", type(lesson._REMEMBERED)())
-    monkeypatch.setattr(lesson, "REMEMBERED_BYTES", 3 * 1000)
+def test_remembered_results_stay_within_their_bytes_and_the_least_recently_used_go_first():
+    from app.remembered import Remembered, images_bytes
+    kept = Remembered(3 * 1000, lambda out: images_bytes(out[0]))
     picture = lambda: [(np.zeros(1000, np.uint8), "x")]   # noqa: E731
     for n in range(5):
-        lesson._remember(("k", n), (picture(), [], "", "", "", ""))
-    assert list(lesson._REMEMBERED) == [("k", 2), ("k", 3), ("k", 4)]
-    lesson._recall(("k", 2))                    # used: the last to go
-    lesson._remember(("k", 5), (picture(), [], "", "", "", ""))
-    assert list(lesson._REMEMBERED) == [("k", 4), ("k", 2), ("k", 5)]
+        kept.keep(("k", n), (picture(), []))
+    assert kept.keys() == [("k", 2), ("k", 3), ("k", 4)]
+    assert kept.recall(("k", 2))[1][1] == [] and kept.recall(("k", 0)) is None   # used: the last to go
+    kept.keep(("k", 5), (picture(), []))
+    assert kept.keys() == [("k", 4), ("k", 2), ("k", 5)]
 
 
 @pytest.mark.long("the lesson's runs again at another seed (its negative control)")

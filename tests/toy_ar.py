@@ -23,7 +23,7 @@ class ToyCache:
 
     def __init__(self, batch: int, n_cells: int):
         self.tokens = np.full((batch, n_cells), MISSING, dtype=np.int64)
-        self.valid = torch.zeros(batch, n_cells, dtype=torch.bool)
+        self.valid = np.zeros((batch, n_cells), dtype=bool)   # numpy: has .device, takes a tensor index
 
 
 class ToyAR:
@@ -72,7 +72,7 @@ class ToyAR:
         out = []
         for j, (c, x) in enumerate(zip(cells, toks)):
             prev = c - 1
-            seen = prev >= 0 and bool(cache.valid[0, prev]) and (cell_mask is None or bool(cell_mask[j, prev]))
+            seen = prev >= 0 and cache.valid[0, prev] and (cell_mask is None or bool(cell_mask[j, prev]))
             prev1 = int(cache.tokens[0, prev]) if seen else MISSING
             out.append(self._logits(c + 1, prev1, x) if c + 1 < self.N else torch.zeros(self.V))
         return torch.stack(out)[None].expand(tokens.shape[0], -1, -1).clone()
