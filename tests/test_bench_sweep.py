@@ -46,33 +46,42 @@ def without_wall(summary: dict) -> dict:
     return {label: {k: v for k, v in s.items() if k not in WALL} for label, s in summary["summary"].items()}
 
 
-@pytest.fixture
-def one_process(bench_folder):
-    return bench_folder
-
-
-def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(one_process, tmp_path):
-    # the shipped run folder (conftest.SHIPPED_BENCH) as the command writes it: 3 prompts x (3 specs + the
-    # reference, ar at other seeds)
-    shipped = json.loads((one_process.parent / "one.json").read_text())
-    assert shipped == json.loads((one_process / "summary.json").read_text())
-    assert shipped["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"] and shipped["records"] == 12
-    assert len(records(one_process)) == 12
-    # the command itself, on the first prompt: the same json beside the folder, and the records the
-    # shipped folder holds for that prompt (a different engine makes other tokens or passes)
-    out = tmp_path / "first"
-    cmd = bench_cmd(out, 1, "--json", str(tmp_path / "first.json"))
-    cmd[cmd.index("--prompts") + 1] = "1"
-    done = run(cmd)
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    """`python -m core bench BENCH_ARGS --json` as one process on this machine: the run the torchrun and
+    resume tests must give. It is made here, not taken from the shipped folder (conftest.SHIPPED_BENCH),
+    because mulo's pixel up-sampler (VQ decode, bicubic, VQ encode, nearest code) meets float ties whose
+    side depends on the CPU: the same engine gave the shipped mulo tokens on one machine and 427 other
+    cells of prompt 0 on an AMD EPYC (docs/testing.md, "Runs that differ by CPU")."""
+    out = tmp_path_factory.mktemp("bench-here") / "one"
+    done = run(bench_cmd(out, 1, "--json", str(out.parent / "one.json")))
     assert done.returncode == 0, done.stderr
     assert "pass x" in done.stdout
-    result = json.loads((tmp_path / "first.json").read_text())
-    assert result == json.loads((out / "summary.json").read_text())
-    assert result["specs"] == shipped["specs"] and result["records"] == 4
+    return out
+
+
+def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(one_process, bench_folder):
+    # 3 prompts x (3 specs + the reference, ar at other seeds), the same json beside the folder
+    result = json.loads((one_process.parent / "one.json").read_text())
+    assert result == json.loads((one_process / "summary.json").read_text())
+    assert result["specs"] == ["ar", "mulo:scale=4:context=verify", "zipar:window=4"] and result["records"] == 12
     assert result["summary"]["ar"]["passes"] == 1024 and result["summary"]["mulo:scale=4:context=verify"]["drafter_nfe"] == 64
-    fresh, kept = records(out), records(one_process)
-    assert {key[1] for key in fresh} == {0}
+    fresh = records(one_process)
+    assert len(fresh) == 12 and {key[1] for key in fresh} == {0, 1, 2}
+    # the shipped folder is the same command's run: ar, zipar and the reference token for token and pass
+    # for pass (a different engine makes other tokens or passes); mulo by its fields and its drafter's
+    # passes only, since its up-sampler's float ties differ by CPU (its tokens are guarded by
+    # test_drafting.py's goldens and the controls' freshness test)
+    shipped = json.loads(bench_folder.with_name("one.json").read_text())
+    assert shipped == json.loads((bench_folder / "summary.json").read_text())
+    assert shipped["specs"] == result["specs"] and shipped["records"] == 12
+    kept = records(bench_folder)
+    assert kept.keys() == fresh.keys()
     for key, r in fresh.items():
+        assert r.keys() == kept[key].keys(), key
+        if key[0].startswith("mulo"):
+            assert (r["drafter_nfe"], len(r["tokens"])) == (kept[key]["drafter_nfe"], len(kept[key]["tokens"])), key
+            continue
         assert (r["tokens"], r["target_nfe"], r["drafter_nfe"]) == \
             (kept[key]["tokens"], kept[key]["target_nfe"], kept[key]["drafter_nfe"]), \
             f"{key}: the engine no longer makes the shipped run; remake it (tests/conftest.py, SHIPPED_BENCH)"

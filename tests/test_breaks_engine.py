@@ -149,7 +149,9 @@ def test_the_head_q_recorded_at_every_tree_node_is_a_cache_free_head_forward_of_
             checked += 1
             deep += t["depth"][n] >= 3
     assert checked >= 300 and deep >= 50         # nodes at depth 3 read a predicted feature two levels down
-    assert worst < 1e-5, f"a node's q is {worst:.2e} off the cache-free head forward of its path"
+    # float32 sums in another order (cached tree forward vs batched path forward) differ by up to ~1.1e-5
+    # (lantern_pp, Intel Xeon); the head fed another node's feature is 0.84 off
+    assert worst < 1e-4, f"a node's q is {worst:.2e} off the cache-free head forward of its path"
 
 
 def test_the_tree_builder_s_rows_at_every_node_are_cache_free_head_forwards(shipped):
@@ -174,7 +176,7 @@ def test_the_tree_builder_s_rows_at_every_node_are_cache_free_head_forwards(ship
         pred = ref.trees([(root, tree.parent, tree.token, tree.depth)])[0]
         for node, row in tree.q_rows.items():
             want = ref.q_row(pred[node], root + (0 if node == -1 else tree.depth[node]))
-            torch.testing.assert_close(row, want, atol=1e-5, rtol=0)
+            torch.testing.assert_close(row, want, atol=1e-4, rtol=0)
         for n, (par, tok) in enumerate(zip(tree.parent, tree.token)):
             assert tree.q[n] == pytest.approx(float(tree.q_rows[par][tok]), abs=1e-7)
 
