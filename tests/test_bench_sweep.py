@@ -87,29 +87,12 @@ def test_the_plain_command_prints_the_table_and_writes_json_and_the_run_folder(o
             f"{key}: the engine no longer makes the shipped run; remake it (tests/conftest.py, SHIPPED_BENCH)"
 
 
-@pytest.mark.long("torchrun with two ranks beside a one-process bench of the same specs")
-def test_two_ranks_under_torchrun_give_the_records_and_summary_of_one_process(one_process, tmp_path):
+@pytest.mark.long("a torchrun bench of two ranks killed mid-run, resumed by a second one, beside one process")
+def test_two_ranks_killed_by_sigterm_resume_to_the_records_and_summary_of_one_process(one_process, tmp_path):
+    """torchrun with two ranks, killed as a scheduler pre-empts a job, then the same command again: the
+    finished records stay as they were, none is measured twice, and the records and merged summary are
+    those of one process on the same machine (each prompt's specs on one rank)."""
     out = tmp_path / "two"
-    done = run(bench_cmd(out, 2))
-    assert done.returncode == 0, done.stderr
-    assert "pass x" in done.stdout and "bench, all ranks" in done.stderr and "bench, rank 1" in done.stderr
-    assert sorted(lines(out)) == ["records-0.jsonl", "records-1.jsonl"]
-    two, one = records(out), records(one_process)
-    assert two.keys() == one.keys()
-    for key, r in one.items():
-        assert (two[key]["tokens"], two[key]["target_nfe"], two[key]["drafter_nfe"]) == \
-            (r["tokens"], r["target_nfe"], r["drafter_nfe"]), key
-    # prompts 0 and 2 on rank 0, prompt 1 on rank 1: every spec of a prompt on one rank
-    assert {(r["prompt_index"], r["worker"].rsplit(":", 1)[1]) for r in two.values()} == \
-        {(0, "rank0/2"), (1, "rank1/2"), (2, "rank0/2")}
-    merged = json.loads((out / "summary.json").read_text())
-    assert without_wall(merged) == without_wall(json.loads((one_process / "summary.json").read_text()))
-    assert len(merged["workers"]) == 2
-
-
-@pytest.mark.long("a bench process killed mid-run and a second one resuming it")
-def test_a_run_killed_by_sigterm_resumes_without_redoing_a_record(one_process, tmp_path):
-    out = tmp_path / "killed"
     launcher = subprocess.Popen(bench_cmd(out, 2), cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
@@ -125,12 +108,23 @@ def test_a_run_killed_by_sigterm_resumes_without_redoing_a_record(one_process, t
 
     done = run(bench_cmd(out, 2))
     assert done.returncode == 0, done.stderr
+    assert "pass x" in done.stdout and "bench, all ranks" in done.stderr and "bench, rank 1" in done.stderr
     after = lines(out)
+    assert sorted(after) == ["records-0.jsonl", "records-1.jsonl"]
     for name, ls in before.items():
         assert after[name][:len(ls)] == ls          # finished records stay as they were
     assert sum(map(len, after.values())) == 12      # and none is measured twice
-    assert without_wall(json.loads((out / "summary.json").read_text())) == \
-        without_wall(json.loads((one_process / "summary.json").read_text()))
+    two, one = records(out), records(one_process)
+    assert two.keys() == one.keys()
+    for key, r in one.items():
+        assert (two[key]["tokens"], two[key]["target_nfe"], two[key]["drafter_nfe"]) == \
+            (r["tokens"], r["target_nfe"], r["drafter_nfe"]), key
+    # prompts 0 and 2 on rank 0, prompt 1 on rank 1: every spec of a prompt on one rank
+    assert {(r["prompt_index"], r["worker"].rsplit(":", 1)[1]) for r in two.values()} == \
+        {(0, "rank0/2"), (1, "rank1/2"), (2, "rank0/2")}
+    merged = json.loads((out / "summary.json").read_text())
+    assert without_wall(merged) == without_wall(json.loads((one_process / "summary.json").read_text()))
+    assert len(merged["workers"]) == 2
 
 
 def test_ctrl_c_stops_a_single_process_and_keeps_its_finished_records(tmp_path):
