@@ -35,11 +35,19 @@ def _store(data: bytes, name: str) -> str:
     touched so that the sweeper counts its age from now."""
     folder = cache_folder() / "mulo" / hashlib.sha256(data).hexdigest()[:32]
     path = folder / name
-    if path.exists():
+    try:
         os.utime(path)
         return str(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+    except FileNotFoundError:     # not there, or swept since it was looked at: write it
+        pass
+    for attempt in range(3):      # the sweeper removes an empty folder between mkdir and mkstemp
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

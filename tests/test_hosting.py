@@ -338,3 +338,28 @@ def test_replays_are_read_a_few_at_once(url, trace_bytes, monkeypatch):
     with ThreadPoolExecutor(5) as pool:
         done = list(pool.map(lambda _: call(url, "replay", [_file(uploaded), False]), range(5)))
     assert all(m["success"] for m in done) and most[0] == ui.REPLAYS_AT_ONCE
+
+
+def test_a_file_is_stored_when_the_sweeper_takes_its_empty_folder_or_the_file_itself_meanwhile(tmp_path, monkeypatch):
+    """The races a loaded server met (24 burst clients): the sweeper removes the empty folder _store has
+    just made before the temporary file is created in it, or removes the stored file after _store looked
+    for it and before it touched it. Either way the file is stored whole and the run goes on."""
+    import tempfile
+    monkeypatch.setattr(files, "cache_folder", lambda: tmp_path)
+    real_mkstemp = tempfile.mkstemp
+
+    def swept_first(dir, prefix):
+        os.rmdir(dir)                             # the sweeper's rmdir of an empty folder, between the two
+        monkeypatch.setattr(files.tempfile, "mkstemp", real_mkstemp)
+        return real_mkstemp(dir=dir, prefix=prefix)
+    monkeypatch.setattr(files.tempfile, "mkstemp", swept_first)
+    path = files._store(b"one", "a.json")
+    assert open(path, "rb").read() == b"one" and os.listdir(os.path.dirname(path)) == ["a.json"]
+    real_utime = os.utime
+
+    def gone_before_touch(p, *a, **kw):
+        os.remove(p)                              # swept after it was found, before it was touched
+        monkeypatch.setattr(files.os, "utime", real_utime)
+        return real_utime(p, *a, **kw)
+    monkeypatch.setattr(files.os, "utime", gone_before_touch)
+    assert files._store(b"one", "a.json") == path and open(path, "rb").read() == b"one"
