@@ -128,7 +128,7 @@ def compare(request: gr.Request | None, *knobs):
 
 @GPU
 def compare_upsamplers(request: gr.Request | None, *knobs):
-    """mulo with every up-sampler (nearest, pixel, sr, learned) at the given knobs (KNOBS order), ar
+    """mulo with every up-sampler (nearest, pixel, sr, learned, distilled) at the given knobs (KNOBS order), ar
     first: each proposal beside its final image, speed beside quality. An up-sampler the pair ships no
     network for is a row saying so. Yields (gallery, table, figure, status)."""
     run = replace(run_config(*knobs), method="mulo")

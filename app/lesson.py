@@ -136,8 +136,8 @@ STEPS = (
 )
 
 
-_KEEP, _B_K, _EXACT, _JACOBI = ("proposal kept", "target's token in B_k", "exact test, residual",
-                                 "Jacobi repair from the proposal")
+_KEEP, _B_K, _EXACT, _DISTILLED, _JACOBI = ("proposal kept", "target's token in B_k", "exact test, residual",
+                                             "exact test, distilled q", "Jacobi repair from the proposal")
 
 
 def _closer(a: dict, b: dict) -> str:
@@ -150,22 +150,27 @@ STEPS = STEPS + (
                                                    (_B_K, dict(method="mulo", scale=4, tau=0.5, k=16, radius=0,
                                                                commit="target")),
                                                    (_EXACT, dict(method="mulo", scale=4, accept="exact", radius=0)),
+                                                   (_DISTILLED, dict(method="mulo", scale=4, accept="exact", radius=0,
+                                                                     upsampler="distilled")),
                                                    (_JACOBI, dict(method="mulo", scale=4, tau=1.0, k=0, radius=0,
                                                                   resample="jacobi", draft_window=4, window=1))),
-         lambda r: (f"One 8×8 draft, four endings. Keeping the proposal wherever its pooled mass passes τ 0.5: "
+         lambda r: (f"One 8×8 draft, five endings. Keeping the proposal wherever its pooled mass passes τ 0.5: "
                     f"{_x(r[_KEEP])} the passes of ar, {_pc(r[_KEEP]['kept'])} kept, log-lik gap {_gap(r[_KEEP])}. "
                     f"Committing the target's own token inside B_k instead (drawn from the same verify pass, no pass "
                     f"more): gap {_gap(r[_B_K])}, {_closer(r[_KEEP], r[_B_K])} ar's. The exact test min(1, p/q): "
                     f"{_pc(r[_EXACT]['passed'])} of the proposals pass, the rest are drawn from the residual in the "
                     f"same pass ({r[_EXACT]['target']} target passes): {_x(r[_EXACT])}, gap {_gap(r[_EXACT])}, since "
                     "each cell is the target's choice given the proposal before it, not the cells it ends beside. "
+                    f"The same test on a proposal drawn from an up-sampler distilled against the target (its q fitted "
+                    f"to the target's p on the target's own samples): {_pc(r[_DISTILLED]['passed'])} pass, "
+                    f"{_x(r[_DISTILLED])}, gap {_gap(r[_DISTILLED])}, {_closer(r[_EXACT], r[_DISTILLED])} ar's. "
                     f"The proposal as the first guess of a Jacobi repair of the whole grid (pjd's row-causal "
                     f"iteration; every cell tested or drawn by the target): {r[_JACOBI]['target']} target + "
                     f"{r[_JACOBI]['drafter']} drafter passes, {_x(r[_JACOBI])}, gap {_gap(r[_JACOBI])}: here the "
                     "draft buys target passes, not kept cells."),
          "Which ending kept the image as probable as ar's (gap closest to 0), and at what speed-up in passes?",
          lambda r: (lambda k: f"{k}: gap {_gap(r[k])} nats/token at {_x(r[k])} the passes of ar.")(
-             min((_KEEP, _B_K, _EXACT, _JACOBI), key=lambda k: abs(r[k]["gap"])))),
+             min((_KEEP, _B_K, _EXACT, _DISTILLED, _JACOBI), key=lambda k: abs(r[k]["gap"])))),
 )
 
 

@@ -54,7 +54,7 @@ PRESETS: dict[str, tuple[str, dict]] = {
                             "super-resolution network (upsampler = sr) instead of bicubic. Its proposal keeps "
                             "edges bicubic blurs, so more of it passes τ (on 30 held-out prompts 78 % against "
                             "74 %, 6.2× against 5.9× fewer passes, both inside every image bound). Then press "
-                            "**Compare up-samplers** on the Compare tab: nearest, pixel, sr and learned on this "
+                            "**Compare up-samplers** on the Compare tab: nearest, pixel, sr, learned and distilled on this "
                             "prompt, each proposal beside its final image.", dict(scale=4, radius=1, upsampler="sr")),
     "4× up-scaling": ("The drafter works on an 8×8 grid (r = 4): 16× fewer draft tokens, a rougher proposal.",
                       dict(scale=4)),

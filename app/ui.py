@@ -96,7 +96,8 @@ EXPLAIN = {
                "target's own sample). ar runs first in the same comparison, so every figure is against an "
                "ar of the same conditions; target NFE alone is a detail column. **Compare up-samplers** runs "
                "mulo at these knobs with each up-sampler (nearest, pixel = bicubic, sr = a trained "
-               "super-resolution network, learned = a trained token-space one) and shows each up-sampled "
+               "super-resolution network, learned = a token-space one trained on the data, distilled = the "
+               "same network trained on the target's own samples) and shows each up-sampled "
                "proposal beside the final image the target made of it.",
     "sweep": "Trade-off curve: each point is one run. Right means fewer sequential passes (target + "
              "drafter) than ar; up means a better image. Top: prompt adherence, the share of the prompt's "
@@ -163,8 +164,8 @@ def _more_knobs(vocab_size: int) -> dict:
                                      "guess (coupled, as scd)")
         k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")
         k["accept"] = gr.Radio(list(ACCEPT_RULES), value=d["accept"], label="Acceptance test",
-                               info="pooled: pooled mass on B_k ≥ τ; exact: min(1, p/q) per cell (the learned "
-                                    "up-sampler's proposal drawn from its q), a rejected cell drawn from the "
+                               info="pooled: pooled mass on B_k ≥ τ; exact: min(1, p/q) per cell (a "
+                                    "token-space up-sampler's proposal, learned or distilled, drawn from its q), a rejected cell drawn from the "
                                     "residual in the verify pass at l = 0")
         k["commit"] = gr.Radio(list(COMMIT_RULES), value=d["commit"], label="A kept cell commits (accept = pooled)",
                                info="proposal: the proposal's token; target: a token drawn from the target's p "

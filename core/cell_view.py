@@ -32,6 +32,7 @@ import torch
 from .config import TREE_METHODS
 from .likelihood import sampling_of
 from .sampling import processed
+from .upsampling import TOKEN_SPACE
 
 UNKNOWN = -1
 TOP = 8                                   # target tokens listed per card
@@ -285,10 +286,10 @@ def _mulo(view, trace, c, final_tok, pair) -> CellView:
         elif s["phase"] == "resample" and s.get("rule") == "residual" and ver is not None:   # accept=exact
             from .acceptance import residual
             prop = view.judged["token"]
-            if trace.params.get("upsampler") == "learned":
+            if trace.params.get("upsampler") in TOKEN_SPACE:
                 q = None
-                src = ("the residual normalize(max(0, p − q)) of the verify pass, q the learned up-sampler's (not in "
-                       "the trace: the target's p shown)")
+                src = (f"the residual normalize(max(0, p − q)) of the verify pass, q the {trace.params['upsampler']} "
+                       "up-sampler's (not in the trace: the target's p shown)")
             else:
                 q = torch.nn.functional.one_hot(torch.tensor(prop), view.probs.numel()).float()
                 src = "the residual normalize(max(0, p − q)) of the verify pass, q one-hot on the proposal"

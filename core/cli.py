@@ -19,9 +19,12 @@ class ProgressBar:
     """A one-line progress bar on stderr."""
 
     def __init__(self, label: str):
-        self.label, self.t0 = label, time.perf_counter()
+        self.label, self.t0, self.last = label, time.perf_counter(), 0
 
     def __call__(self, done: int, total: int, info: float | str | None = None) -> None:
+        if done < self.last:      # a second phase (the distilled job's pool, then its steps): a new clock
+            self.t0 = time.perf_counter()
+        self.last = done
         frac = done / max(total, 1)
         el = time.perf_counter() - self.t0
         eta = el / max(frac, 1e-9) - el
@@ -47,9 +50,14 @@ def _train(args) -> int:
                          f"the {args.job} job takes neither")
     if args.detail and args.job != "sr":
         raise UsageError(f"--detail weighs the sr job's detail term; the {args.job} job has none")
+    if (args.job == "distilled") != bool(args.pool):
+        raise UsageError("--pool (how many of the target's own samples to distil on) is for the distilled job, "
+                         "which needs it" if args.job == "distilled" else
+                         f"--pool is for the distilled job; the {args.job} job takes none")
     name = family.asset_name(args.job, args.scale)
     cfg = train.TrainConfig(job=args.job, steps=args.steps, batch=args.batch, lr=args.lr, data_seed=args.data_seed,
-                            ckpt_every=args.ckpt_every, grids=grids, scale=args.scale, detail=args.detail)
+                            ckpt_every=args.ckpt_every, grids=grids, scale=args.scale, detail=args.detail,
+                            pool=args.pool)
     run_dir = Path(args.run_dir or f"runs/{name}")
     init = None
     if args.init_from_assets:
@@ -63,13 +71,18 @@ def _train(args) -> int:
     return 0
 
 
+def train_upsamplers() -> tuple:
+    from .embedded.train import UPSAMPLER_JOBS
+    return UPSAMPLER_JOBS
+
+
 def _export_model(name: str, model, step: int, cfg, assets: Path) -> None:
     """Write the weights and their manifest entry; an up-sampler's held-out figures go in with it."""
     from .embedded import evaluate, family
     family.export(name, model, model.cfg.to_dict(), dict(train_steps=step, data_seed=cfg.data_seed,
                                                          train_config=cfg.__dict__), assets)
     print(f"exported {name} at step {step} of {cfg.steps} to {assets}")
-    if cfg.job in ("sr", "learned"):
+    if cfg.job in train_upsamplers():
         figures = evaluate.upsampler_figures(model.eval(), cfg.job, cfg.scale, evaluate.UPSAMPLER_HELDOUT,
                                              ProgressBar(f"evaluate {name}"), family.load_tokenizer(assets))
         family.record_evaluation(name, figures, assets)
@@ -97,10 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="start a new run from these weights: a run's ckpt.pt or a .safetensors file")
     t.add_argument("--grids", default="", help="AR jobs: token grids cycled through (default: target 32,16,8; "
                    "drafter 32)")
-    t.add_argument("--scale", type=int, default=0, help="sr, learned: the up-scale factor r it learns (2 or 4); "
+    t.add_argument("--scale", type=int, default=0, help="sr, learned, distilled: the up-scale factor r it learns (2 or 4); "
                    "exported as <job>_x<r>")
     t.add_argument("--detail", type=float, default=0.0, help="sr: weight of the detail term (L1 of the image "
                    "gradients) beside the pixel L1")
+    t.add_argument("--pool", type=int, default=0, help="distilled: how many of the target's own samples (ar, "
+                   "sampled once into <run-dir>/pool, resumable) it is distilled on")
     t.add_argument("--threads", type=int, default=0)
     t.set_defaults(func=_train)
     return p
@@ -475,7 +490,7 @@ def _extend(p: argparse.ArgumentParser, model: str = "embedded") -> None:
     x = sub.add_parser("export", help="export the latest checkpoint of a training run into assets/")
     x.add_argument("--job", required=True)
     x.add_argument("--run-dir", default=None, help="default runs/<job>, for an up-sampler runs/<job>_x<scale>")
-    x.add_argument("--scale", type=int, default=0, help="sr, learned: the run's up-scale factor r")
+    x.add_argument("--scale", type=int, default=0, help="sr, learned, distilled: the run's up-scale factor r")
     x.add_argument("--assets", default=str(Path(__file__).resolve().parent.parent / "assets"))
     x.set_defaults(func=_export)
     e = sub.add_parser("evaluate", help="measure the embedded family (tokenizer, classifier, ar quality)")

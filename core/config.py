@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 METHODS = ("ar", "zipar", "mulo", "sd", "eagle", "lantern", "lantern_pp", "vvs", "sjd", "scd", "gsd", "pjd", "cool")
 TREE_METHODS = ("eagle", "lantern", "lantern_pp", "vvs")   # drafted by the pair's EAGLE head as a tree (core/trees.py)
-UPSAMPLERS = ("pixel", "nearest", "sr", "learned")   # core/upsampling.py defines them; sr, learned are trained
+UPSAMPLERS = ("pixel", "nearest", "sr", "learned", "distilled")   # core/upsampling.py defines them; the last three are trained
 RESAMPLE_MODES = ("serial", "islands", "jacobi")
 REDRAFTS = ("independent", "coupled")
 # methods that can decode the drafter's grid (draft_method): those that need no same-resolution drafter
@@ -54,7 +54,7 @@ class MethodParams:
     window: int = 4             # zipar window w; also the window inside mulo's islands
     draft_window: int = 0       # mulo: shorthand of draft_method=zipar/window=w (0 = off)
     draft_rows: int = 0         # mulo: low-res rows drafted per cycle G (0 = all rows)
-    upsampler: str = "pixel"    # mulo: pixel | nearest | sr | learned (the last two trained, per pair)
+    upsampler: str = "pixel"    # mulo: pixel | nearest | sr | learned | distilled (the last three trained, per pair)
     resample: str = "islands"   # mulo: serial | islands (ZipAR inside islands) | jacobi (row-causal Jacobi inside islands)
     redraft: str = "independent"  # mulo resample=jacobi: unaccepted guesses redrawn from p (independent) or coupled (scd)
     draft_method: str = "ar"    # mulo: the method decoding the drafter's grid, name[/knob=value...] (see draft_spec)

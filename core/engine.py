@@ -125,7 +125,7 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
 
 
 def _check_upsamplers(p, pair: ModelPair) -> None:
-    """Every mulo level with a trained up-sampler (sr, learned) finds the pair's network for its scale
+    """Every mulo level with a trained up-sampler (sr, learned, distilled) finds the pair's network for its scale
     (loaded here, once, before any model runs)."""
     while True:
         if p.upsampler in TRAINED:

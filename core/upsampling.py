@@ -5,7 +5,10 @@
 - nearest: repeat each token r x r.
 - sr (trained): VQ-decode, a super-resolution network (models/upsamplers.SRNet) x r, VQ-encode.
 - learned (trained): a token-space network (models/upsamplers.TokenUpsampler) gives a distribution
-  over the codebook for every target cell; the proposal is its argmax.
+  over the codebook for every target cell; the proposal is its argmax. Trained on the data: the scene's
+  tokens given its low-resolution tokens.
+- distilled (trained): the same network trained on the target's own samples against the target's
+  processed distribution at every cell (core/embedded/train.DistilledJob); the proposal is its argmax.
 The trained ones take their network as `net` (the pair loads it: ModelPair.upsampler_net); the
 others ignore it. D_r goes the other way through pixels (decode, area-resize / r, encode).
 Token grids are (h, w) int64 tensors; the tokenizer is any ImageTokenizer (encode/decode).
@@ -50,15 +53,20 @@ def sr_upsample(tokens: torch.Tensor, r: int, tokenizer, net) -> torch.Tensor:
 
 
 @torch.no_grad()
-def learned_logits(tokens: torch.Tensor, r: int, net) -> torch.Tensor:
-    """(h, w) -> (V, h r, w r): the learned up-sampler's logits for every target cell."""
-    _check_net(net, r, "learned")
+def learned_logits(tokens: torch.Tensor, r: int, net, name: str = "learned") -> torch.Tensor:
+    """(h, w) -> (V, h r, w r): a token-space up-sampler's (learned, distilled) logits for every target cell."""
+    _check_net(net, r, name)
     return net(tokens[None].to(next(net.parameters()).device))[0]
 
 
 def learned_upsample(tokens: torch.Tensor, r: int, tokenizer, net) -> torch.Tensor:
     """(h, w) -> (h r, w r): the argmax of the learned up-sampler's distribution at every cell."""
     return learned_logits(tokens, r, net).argmax(0).cpu()
+
+
+def distilled_upsample(tokens: torch.Tensor, r: int, tokenizer, net) -> torch.Tensor:
+    """(h, w) -> (h r, w r): the argmax of the distilled up-sampler's distribution at every cell."""
+    return learned_logits(tokens, r, net, "distilled").argmax(0).cpu()
 
 
 def _check_net(net, r: int, name: str) -> None:
@@ -68,5 +76,6 @@ def _check_net(net, r: int, name: str) -> None:
 
 
 UPSAMPLERS: dict[str, Callable] = {"pixel": pixel_upsample, "nearest": nearest_upsample, "sr": sr_upsample,
-                                   "learned": learned_upsample}
-TRAINED = ("sr", "learned")   # the up-samplers whose network the pair must ship
+                                   "learned": learned_upsample, "distilled": distilled_upsample}
+TRAINED = ("sr", "learned", "distilled")   # the up-samplers whose network the pair must ship
+TOKEN_SPACE = ("learned", "distilled")     # trained up-samplers with a distribution q at every cell

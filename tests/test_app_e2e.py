@@ -116,21 +116,22 @@ def test_compare_upsamplers_shows_each_proposal_beside_its_final_image(client):
     gallery, table, plot, status = client.predict(*knobs(tau=0.0, scale=4), api_name="/compare_upsamplers")
     col = {name: n for n, name in enumerate(comparison.COMPARE_COLUMNS)}
     labels = [row[0] for row in table["data"]]
-    assert labels == ["ar"] + [f"mulo, upsampler={u}" for u in ("pixel", "nearest", "sr", "learned")]
+    assert labels == ["ar"] + [f"mulo, upsampler={u}" for u in ("pixel", "nearest", "sr", "learned", "distilled")]
     assert all(row[col["passed test"]] == "100.0%" for row in table["data"][1:]), table["data"]
     assert all(row[col["note"]].startswith("up-sampling ") for row in table["data"][1:])
     captions = [g["caption"] for g in gallery]
-    assert captions == ["ar: final"] + [f"mulo, upsampler={u}: {w}" for u in ("pixel", "nearest", "sr", "learned")
+    assert captions == ["ar: final"] + [f"mulo, upsampler={u}: {w}" for u in ("pixel", "nearest", "sr", "learned",
+                                                                                 "distilled")
                                         for w in ("proposal", "final")]
     images = {c: _image(g) for c, g in zip(captions, gallery)}
     pair = engine.load_pair("embedded")
-    for u in ("pixel", "sr", "learned"):
+    for u in ("pixel", "sr", "learned", "distilled"):
         run = replace(inputs.run_config(*knobs(tau=0.0, scale=4)), method="mulo").with_params(upsampler=u)
         want = render.crisp(engine.decode_image(engine.run(run, pair).proposal, pair.tokenizer))
         assert np.array_equal(images[f"mulo, upsampler={u}: proposal"], want), u
         assert np.array_equal(images[f"mulo, upsampler={u}: final"], want), u
     assert not np.array_equal(images["mulo, upsampler=sr: proposal"], images["mulo, upsampler=pixel: proposal"])
-    assert status.startswith("Compared the 4 up-samplers at r = 4 on seed")
+    assert status.startswith("Compared the 5 up-samplers at r = 4 on seed")
 
 
 @pytest.mark.long("a Generate, then its trace uploaded and replayed through the server")

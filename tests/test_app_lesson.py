@@ -56,12 +56,14 @@ def test_each_step_shows_the_phenomenon_its_text_names(steps):
     fast, strict = t[8]["τ 0 (no verification)"], t[8]["τ 0.9"]
     assert fast["passes (target + drafter)"] < strict["passes (target + drafter)"]
     assert fast["log-lik gap (nats/token)"] < strict["log-lik gap (nats/token)"] - 1.0     # what verification buys
-    keep, b_k, exact, jacobi = (t[9][k] for k in (lesson._KEEP, lesson._B_K, lesson._EXACT, lesson._JACOBI))
+    keep, b_k, exact, distilled, jacobi = (t[9][k] for k in (lesson._KEEP, lesson._B_K, lesson._EXACT,
+                                                            lesson._DISTILLED, lesson._JACOBI))
     gap = "log-lik gap (nats/token)"
     assert keep["passes (target + drafter)"] == b_k["passes (target + drafter)"]        # the same draft and passes
     assert keep["kept"] == b_k["kept"] and b_k[gap] > keep[gap]                        # the target's token in B_k
     assert exact["target passes"] == 2 and _pc(exact["passed test"]) < 0.5              # prefill + verify, no island
-    assert abs(jacobi[gap]) < min(abs(keep[gap]), abs(b_k[gap]), abs(exact[gap]))      # the repair keeps quality
+    assert distilled["target passes"] == 2 and distilled["drafter passes"] == exact["drafter passes"]
+    assert abs(jacobi[gap]) < min(abs(keep[gap]), abs(b_k[gap]), abs(exact[gap]), abs(distilled[gap]))  # the repair
 
 
 def test_the_words_of_each_step_quote_its_own_table(steps):

@@ -237,17 +237,18 @@ def _asymmetric(shape, seed: int, vocab: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("r", [2, 4])
 @pytest.mark.parametrize("shape", [(3, 5), (4, 4)])
-def test_the_shipped_learned_up_sampler_is_its_forward_on_the_low_res_grid_as_laid_out(shipped, r, shape):
+@pytest.mark.parametrize("name", ["learned", "distilled"])
+def test_the_shipped_learned_up_sampler_is_its_forward_on_the_low_res_grid_as_laid_out(shipped, r, shape, name):
     from core.upsampling import UPSAMPLERS, learned_logits
-    net = shipped.upsampler("learned", r)
+    net = shipped.upsampler(name, r)
     tokens = _asymmetric(shape, 40 + r, shipped.vocab_size)
     with torch.no_grad():
         want = _learned_reference(net, tokens)
-    got = learned_logits(tokens, r, net)
+    got = learned_logits(tokens, r, net, name)
     assert got.shape == want.shape == (shipped.vocab_size, shape[0] * r, shape[1] * r)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-    proposal = UPSAMPLERS["learned"](tokens, r, shipped.tokenizer, net)
-    _same_grid(proposal, want.argmax(0), "learned")
+    proposal = UPSAMPLERS[name](tokens, r, shipped.tokenizer, net)
+    _same_grid(proposal, want.argmax(0), name)
     assert not torch.equal(proposal, _learned_reference(net, tokens.T.contiguous()).argmax(0).T)   # orientation matters
 
 

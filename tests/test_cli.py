@@ -60,7 +60,12 @@ def test_a_bad_cfg_interval_stops_generate_naming_the_knob(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["--job", "sr"], "error: --scale must be 2 or 4 for the sr job (the up-scale factor r it learns); got 0"),
     (["--job", "learned", "--scale", "3"], "error: --scale must be 2 or 4 for the learned job"),
-    (["--job", "target", "--scale", "2"], "error: --scale and --detail are for the up-sampler jobs (sr, learned)"),
+    (["--job", "target", "--scale", "2"], "error: --scale and --detail are for the up-sampler jobs (sr, learned, "
+                                          "distilled)"),
+    (["--job", "distilled", "--scale", "4"], "error: --pool (how many of the target's own samples to distil on) "
+                                             "is for the distilled job, which needs it"),
+    (["--job", "learned", "--scale", "4", "--pool", "8"], "error: --pool is for the distilled job; the learned job "
+                                                          "takes none"),
     (["--job", "learned", "--scale", "2", "--detail", "1"], "error: --detail weighs the sr job's detail term"),
 ])
 def test_the_up_sampler_jobs_name_their_knobs(tmp_path, capsys, argv, words):

@@ -316,10 +316,11 @@ def pair_with_nets(tiny_pair):
         torch.nn.init.normal_(sr.tail.weight, std=0.05)
         nets["sr", r] = sr.eval()
         nets["learned", r] = TokenUpsampler(TokenUpsamplerConfig(scale=r)).eval()
+        nets["distilled", r] = TokenUpsampler(TokenUpsamplerConfig(scale=r)).eval()
     return dataclasses.replace(tiny_pair, upsampler_net=lambda name, r: nets[name, r])
 
 
-@pytest.mark.parametrize("upsampler", ["sr", "learned"])
+@pytest.mark.parametrize("upsampler", ["sr", "learned", "distilled"])
 @pytest.mark.parametrize("scale", [2, 4])
 def test_a_trained_up_sampler_proposes_its_network_s_output_and_tau_zero_keeps_it(pair_with_nets, upsampler, scale):
     from core.upsampling import UPSAMPLERS
@@ -331,7 +332,7 @@ def test_a_trained_up_sampler_proposes_its_network_s_output_and_tau_zero_keeps_i
     assert t.proposal != UPSAMPLERS["pixel"](torch.tensor(t.draft), scale, pair_with_nets.tokenizer).tolist()
 
 
-@pytest.mark.parametrize("upsampler", ["sr", "learned"])
+@pytest.mark.parametrize("upsampler", ["sr", "learned", "distilled"])
 def test_a_pair_without_trained_up_samplers_refuses_them_by_name(tiny_pair, upsampler):
     with pytest.raises(ParameterError, match=rf"^upsampler={upsampler}: the tiny model pair ships no trained "
                                              r"up-samplers; use pixel or nearest$"):

@@ -164,14 +164,14 @@ def every_cell(steps) -> range:
     return range(GRID[0] * GRID[1])
 
 
-@pytest.mark.parametrize("upsampler", ["nearest", "learned"])
+@pytest.mark.parametrize("upsampler", ["nearest", "learned", "distilled"])
 def test_the_exact_test_gives_every_cell_the_target_s_p_given_the_context_it_was_judged_in(upsampler):
     results = runs(accept="exact", radius=0, upsampler=upsampler)
     verify = [next(s for s in steps if s.phase == "verify") for _, _, steps in results]
     verdicts = np.concatenate([np.asarray(s.extra["accepted"], bool).reshape(-1) for s in verify])
     assert 0.15 < verdicts.mean() < 0.85               # both verdicts are exercised
     assert all(len([s for s in steps if s.model == "target" and s.nfe]) == 1 for _, _, steps in results)  # no island
-    if upsampler == "learned":                        # the proposal is drawn from q, not its argmax
+    if upsampler != "nearest":                        # the proposal is drawn from q, not its argmax
         assert len({tuple(p.tolist()) for p, _, _ in results}) > 20
     assert tally(results, lambda p, x: p, every_cell) > P_MIN
 

@@ -99,7 +99,7 @@ def test_the_layout_columns_put_each_object_at_its_place():
 
 # --- mulo's trained up-samplers (sr, learned) --------------------------------------------------------
 
-UPSAMPLER_ASSETS = [f"{job}_x{r}" for job in ("sr", "learned") for r in (2, 4)]
+UPSAMPLER_ASSETS = [f"{job}_x{r}" for job in ("sr", "learned", "distilled") for r in (2, 4)]
 HELDOUT_SCENES = 50   # held-out scenes of the what-training-bought tests (~2 s each on a CPU)
 
 
@@ -113,10 +113,11 @@ def test_shipped_up_samplers_load_match_their_checksums_and_record_their_figures
     assert net.cfg.scale == int(r) and entry["evaluation"]["heldout_images"] > 0
 
 
-def test_the_up_samplers_ship_within_two_mib():
+def test_the_up_samplers_ship_within_three_mib():
+    """Six networks (sr, learned, distilled at r = 2 and 4) in fp16: 2.7 MiB when measured."""
     sizes = {n: (ASSETS / family.FILES[n]).stat().st_size for n in UPSAMPLER_ASSETS}
     assert sum(v for n, v in sizes.items() if n.startswith("sr")) <= 2 * 2 ** 20, sizes
-    assert sum(sizes.values()) <= 2 * 2 ** 20, sizes
+    assert sum(sizes.values()) <= 3 * 2 ** 20, sizes
 
 
 def _figures(net, job, r):

@@ -95,7 +95,8 @@ def test_learned_is_the_argmax_of_its_distribution_at_every_cell(tokenizer, r):
 
 
 @pytest.mark.parametrize("name, make", [("sr", lambda r: SRNet(SRConfig(scale=r))),
-                                        ("learned", lambda r: TokenUpsampler(TokenUpsamplerConfig(scale=r)))])
+                                        ("learned", lambda r: TokenUpsampler(TokenUpsamplerConfig(scale=r))),
+                                        ("distilled", lambda r: TokenUpsampler(TokenUpsamplerConfig(scale=r)))])
 def test_a_trained_up_sampler_refuses_a_missing_or_mismatched_network(tokenizer, name, make):
     tokens = _random_tokens(tokenizer, 4, 1)
     with pytest.raises(ValueError, match=rf"upsampler={name} at scale=2 needs its trained network for x2$"):

@@ -111,7 +111,7 @@ def upsampler_figures(net, job: str, r: int, n: int, progress: Callable, tok=Non
                         rows.setdefault(name, {}).setdefault(k, []).extend(v)
             else:
                 target = tok.encode(truth)
-                for name in ("nearest", "pixel", "learned"):
+                for name in ("nearest", "pixel", job):
                     up = torch.stack([UPSAMPLERS[name](t, r, tok, net) for t in low])
                     rows.setdefault(name, {}).setdefault("token_accuracy", []).extend(
                         (up == target).float().mean(dim=(1, 2)).tolist())

@@ -27,15 +27,16 @@ DESCRIPTION = "the shipped procedural-scenes family, 32x32 tokens, drafters 16x1
 SAMPLING = SamplingConfig()   # the pair's sampling defaults: CFG 3, temperature 1, no top-k / top-p
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 MANIFEST = "manifest.json"
+UPSAMPLER_NETS = ("sr", "learned", "distilled")   # mulo's trained up-samplers, one file per scale
 FILES = {"tokenizer": "tokenizer.safetensors", "target": "target.safetensors",
          "drafter": "drafter.safetensors", "classifier": "classifier.safetensors",
-         **{f"{job}_x{r}": f"{job}_x{r}.safetensors" for job in ("sr", "learned") for r in (2, 4)},
+         **{f"{job}_x{r}": f"{job}_x{r}.safetensors" for job in UPSAMPLER_NETS for r in (2, 4)},
          "eagle": "eagle.safetensors"}
 
 
 def asset_name(job: str, scale: int = 0) -> str:
     """The file name stem a training job exports to: the job, or for an up-sampler job <job>_x<scale>."""
-    return f"{job}_x{scale}" if job in ("sr", "learned") else job
+    return f"{job}_x{scale}" if job in UPSAMPLER_NETS else job
 
 
 def train_command(name: str) -> str:
@@ -103,7 +104,7 @@ def _load_network(key: str, build, assets: Path, verify: bool) -> torch.nn.Modul
 
 @lru_cache(maxsize=None)
 def load_upsampler(name: str, r: int, assets: Path = ASSETS, verify: bool = True) -> torch.nn.Module:
-    """The shipped network of upsampler=name (sr, learned) for scale r; AssetError names the file."""
+    """The shipped network of upsampler=name (sr, learned, distilled) for scale r; AssetError names the file."""
     key = asset_name(name, r)
     if key not in FILES:
         raise AssetError(f"upsampler={name} has no trained network for scale={r}")
@@ -129,7 +130,7 @@ def export(name: str, model: torch.nn.Module, config: dict, provenance: dict, as
     """Write weights (fp16 for the GPTs and the up-samplers, fp32 otherwise) and record config, checksum and provenance."""
     assets.mkdir(parents=True, exist_ok=True)
     path = assets / FILES[name]
-    half = name in ("target", "drafter", "eagle") or name.startswith(("sr_", "learned_"))
+    half = name in ("target", "drafter", "eagle") or name.startswith(tuple(f"{n}_" for n in UPSAMPLER_NETS))
     state = {k: (v.half() if half and v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(path))
     manifest = read_manifest(assets)

@@ -1,5 +1,6 @@
 """Training of the embedded family: tokenizer, multi-resolution target/drafter, small drafter, classifier,
-mulo's trained up-samplers (sr: pixel super-resolution; learned: token space), one per scale r, and
+mulo's trained up-samplers (sr: pixel super-resolution; learned: token space, on the data; distilled: the
+same network on the target's own samples, by KL to the target's processed distribution), one per scale r, and
 the EAGLE draft head of the tree methods (eagle, lantern, lantern_pp, vvs) on the target's features.
 
 Owns the resumable loop (checkpoint every few steps; a rerun continues where it stopped), the
@@ -23,8 +24,8 @@ from ..models.vq import VQConfig, VQModel
 from . import data
 from .evaluation import Classifier, ClassifierConfig, attribute_targets
 
-JOBS = ("tokenizer", "target", "drafter", "classifier", "sr", "learned", "eagle")
-UPSAMPLER_JOBS = ("sr", "learned")   # trained per scale r (TrainConfig.scale), exported as <job>_x<r>
+JOBS = ("tokenizer", "target", "drafter", "classifier", "sr", "learned", "distilled", "eagle")
+UPSAMPLER_JOBS = ("sr", "learned", "distilled")   # trained per scale r (TrainConfig.scale), exported as <job>_x<r>
 # the embedded family's configurations (the target serves all three grids; see family.py)
 TOKENIZER = VQConfig()
 TARGET = GPTConfig(vocab_size=TOKENIZER.codebook_size, dim=128, n_layer=4, n_head=4, prefix_len=data.CAPTION_LEN,
@@ -51,6 +52,7 @@ class TrainConfig:
     grids: tuple = (32, 16, 8)  # AR jobs: token grids cycled through, one per step
     scale: int = 0            # up-sampler jobs: r (2 or 4)
     detail: float = 0.0       # sr: weight of the detail term (L1 of the image gradients) beside the pixel L1
+    pool: int = 0             # distilled: how many of the target's own samples it is distilled on
 
 
 def _lr(cfg: TrainConfig, step: int) -> float:
@@ -187,6 +189,100 @@ class LearnedJob:
         return F.cross_entropy(self.model(low), target)
 
 
+POOL_SEED = 7_000_000   # distilled: the pool's scenes are drawn by rng_for(POOL_SEED + data_seed), below HELDOUT_SEED
+
+
+def pool_scene_seeds(data_seed: int, n: int) -> list[int]:
+    """The training scenes (seeds below HELDOUT_SEED) whose captions the target samples for the pool."""
+    return [int(s) for s in data.rng_for(POOL_SEED + data_seed).integers(0, data.HELDOUT_SEED, size=n)]
+
+
+def target_pool(folder: Path, n: int, data_seed: int, progress: Callable[[int, int, float], None] = lambda *a: None):
+    """n of the target's own samples (ar under the pair's sampling defaults, run seed = the sample's index),
+    one file per sample (folder/<i>.npz: tokens, scene seed), written whole or not at all; samples
+    already there are kept, so an interrupted pool resumes. Returns (n, N) tokens and the scene seeds."""
+    import numpy as np
+    from ..config import RunConfig
+    folder.mkdir(parents=True, exist_ok=True)
+    seeds, pair = pool_scene_seeds(data_seed, n), None
+    out = []
+    for i, seed in enumerate(seeds):
+        path = folder / f"{i:05d}.npz"
+        if not path.exists():
+            from .. import engine
+            pair = pair or engine.load_pair("embedded")
+            trace = engine.run(RunConfig(method="ar", prompt=data.sample_scene(seed).caption(), seed=i), pair)
+            tmp = folder / f".{i:05d}.tmp.npz"
+            np.savez(tmp, tokens=np.asarray(trace.tokens, np.int16).reshape(-1), scene=seed)
+            tmp.replace(path)
+        with np.load(path) as f:
+            if int(f["scene"]) != seed:
+                raise ValueError(f"{path} holds a sample of scene {int(f['scene'])}, not {seed}: the pool was "
+                                 f"made with another --data-seed; use a new run folder")
+            out.append(torch.from_numpy(f["tokens"].astype(np.int64)))
+        progress(i + 1, n, "target samples in the pool")
+    return torch.stack(out), seeds
+
+
+def target_probs(target, tokens: torch.Tensor, captions: list[str], sampling) -> torch.Tensor:
+    """(B, N) token grids of the 32x32 target -> (B, N, V): the target's processed distribution at every
+    cell given the grid's tokens before it (one teacher-forced, cache-free forward with CFG's null
+    caption beside), as core.likelihood.target_distribution for a batch."""
+    from ..sampling import processed
+    from .family import caption
+    grid, B = (32, 32), tokens.shape[0]
+    caps, masks = zip(*(caption(c, grid) for c in captions))
+    caps, masks = torch.stack(caps), torch.stack(masks)
+    two = sampling.cfg != 1.0
+    if two:
+        caps, masks, tokens = caps.repeat(2, 1), masks.repeat(2, 1), tokens.repeat(2, 1)
+    drop = torch.arange(caps.shape[0]) >= B
+    logits = target(caps, masks, tokens, grid, drop=drop)                    # (2B, N, V), conditional first
+    return processed(logits, sampling, cells=torch.arange(tokens.shape[1]))
+
+
+class DistilledJob:
+    """The learned up-sampler's network distilled against the target: on the target's own samples x (the
+    pool), q(. | D_r(x)) at every cell is fitted to the target's processed distribution p(. | x_<t) there,
+    by the cross-entropy H(p, q) = KL(p || q) + H(p). The KL-optimal q given the low-resolution tokens is
+    the mean of p over the contexts that share them, so its argmax maximises the expected p(proposal)
+    (the acceptance of a one-hot proposal) and its sampled form the expected 1 - TV(p, q)."""
+    def __init__(self, cfg: TrainConfig, assets: Path, run_dir: Path | None = None):
+        from ..models.upsamplers import TokenUpsampler, TokenUpsamplerConfig
+        from .family import SAMPLING, load_gpt, load_tokenizer
+        _check_scale(cfg)
+        if cfg.pool < cfg.batch:
+            raise ValueError(f"the distilled job needs --pool of at least --batch ({cfg.batch}) target samples; "
+                             f"got {cfg.pool}")
+        self.cfg, self.run_dir, self.sampling = cfg, run_dir, SAMPLING
+        self.model = TokenUpsampler(TokenUpsamplerConfig(scale=cfg.scale, vocab_size=TOKENIZER.codebook_size))
+        self.tokenizer = load_tokenizer(assets)
+        self.target = load_gpt("target", assets)
+        self.target.requires_grad_(False)
+        self.tokens = None
+
+    def prepare(self, progress) -> None:
+        """Sample (or resume) the pool of the target's samples and their low-resolution tokens."""
+        if self.run_dir is None:
+            raise ValueError("the distilled job samples its pool into its run folder; none given")
+        self.tokens, seeds = target_pool(self.run_dir / "pool", self.cfg.pool, self.cfg.data_seed, progress)
+        self.captions = [data.sample_scene(s).caption() for s in seeds]
+        with torch.no_grad():
+            r, grids = self.cfg.scale, self.tokens.reshape(-1, 32, 32)
+            self.low = torch.cat([self.tokenizer.encode(F.interpolate(self.tokenizer.decode(g), scale_factor=1.0 / r,
+                                                                      mode="area")) for g in grids.split(64)])
+            # the target's p of every pool sample, once (2 MiB a sample), not a target forward per step
+            self.p = torch.cat([target_probs(self.target, self.tokens[i:i + 8], self.captions[i:i + 8],
+                                             self.sampling) for i in range(0, len(self.tokens), 8)])
+
+    def loss(self, step: int):
+        rng = data.rng_for(self.cfg.data_seed * 1_000_003 + step)
+        pick = torch.from_numpy(rng.choice(self.cfg.pool, size=self.cfg.batch, replace=False))
+        p = self.p[pick]
+        logq = torch.log_softmax(self.model(self.low[pick]).float(), 1).flatten(2).transpose(1, 2)   # (B, N, V)
+        return -(p * logq).sum(-1).mean()
+
+
 class EagleJob:
     """The draft head on the frozen target's own features over the domain's scenes, as EAGLE and
     LANTERN train theirs: smooth L1 of the predicted next feature plus 0.1 x the cross-entropy of its
@@ -233,7 +329,7 @@ def _check_scale(cfg: TrainConfig) -> None:
         raise ValueError(f"the {cfg.job} job needs --scale 2 or 4 (the up-scale factor r it learns); got {cfg.scale}")
 
 
-def make_job(cfg: TrainConfig, assets: Path):
+def make_job(cfg: TrainConfig, assets: Path, run_dir: Path | None = None):
     if cfg.job == "tokenizer":
         return TokenizerJob(cfg, assets)
     if cfg.job == "target":
@@ -246,6 +342,8 @@ def make_job(cfg: TrainConfig, assets: Path):
         return SRJob(cfg, assets)
     if cfg.job == "learned":
         return LearnedJob(cfg, assets)
+    if cfg.job == "distilled":
+        return DistilledJob(cfg, assets, run_dir)
     if cfg.job == "eagle":
         return EagleJob(cfg, assets)
     raise ValueError(f"unknown job {cfg.job!r}; choose one of {', '.join(JOBS)}")
@@ -292,7 +390,9 @@ def train(cfg: TrainConfig, run_dir: Path, assets: Path,
     that does not match is an error."""
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.data_seed)
-    job = make_job(cfg, assets)
+    job = make_job(cfg, assets, run_dir)
+    if hasattr(job, "prepare"):       # data the job makes once (the distilled job's pool), resumable
+        job.prepare(progress)
     opt = torch.optim.AdamW(job.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     ckpt, start = run_dir / "ckpt.pt", 0
     if init is not None and not ckpt.exists():

@@ -6,8 +6,9 @@ One cycle per band of G low-resolution rows (G = all rows by default):
                as the target of its own run, its steps one level deeper (mulo: a cascade of scales)
   2. upsample  U_r maps the low-res canvas to the target grid; the band's rows are the proposal
   3. verify    one target forward over the band (teacher forcing); pooled mass on B_k >= tau passes
-               (accept=pooled), or the exact test min(1, p/q) of each proposal token (accept=exact: the
-               learned up-sampler's proposal is drawn from its q, any other proposal has a one-hot q). With
+               (accept=pooled), or the exact test min(1, p/q) of each proposal token (accept=exact: a
+               token-space up-sampler's proposal (learned, distilled) is drawn from its q, any other
+               proposal has a one-hot q). With
                commit=target a kept cell takes a token drawn from the target's p restricted to B_k, from the
                same pass (no pass more), instead of the proposal's token
   4. reject    R_T = cells that did not pass; R_X = Chebyshev-l expansion clipped to raster >= t0;
@@ -48,7 +49,7 @@ from ..islands import expand, label_islands
 from ..sampling import sample
 from ..schedules import island_rows, jacobi_windows, raster_waves, zipar_waves
 from ..trace import Step
-from ..upsampling import TRAINED, UPSAMPLERS, learned_logits, pixel_downsample
+from ..upsampling import TOKEN_SPACE, TRAINED, UPSAMPLERS, learned_logits, pixel_downsample
 from . import Result, registry
 from .pjd import row_causal_predict
 from .scd import coupled_redraft
@@ -138,8 +139,8 @@ def run(ctx: MethodContext):
     low = np.full(h * w, UNKNOWN, dtype=np.int64)         # drafter prefix (draft, then D_r of commits)
     draft_grid = np.full(h * w, UNKNOWN, dtype=np.int64)  # what the drafter sampled (first draft of each cell)
     proposal = np.full(H * W, UNKNOWN, dtype=np.int64)    # the up-sampled proposal each cell was judged on
-    q_rows: dict[int, torch.Tensor] = {}                  # accept=exact, upsampler=learned: q of each proposed cell
-    sampled = p.accept == "exact" and p.upsampler == "learned"
+    q_rows: dict[int, torch.Tensor] = {}                  # accept=exact, token-space upsampler: q of each proposed cell
+    sampled = p.accept == "exact" and p.upsampler in TOKEN_SPACE
     count = dict(judged=0, passed=0, kept=0)
     levels: list[dict] = []                               # the drafter's levels when it is a run of its own
 
@@ -169,7 +170,7 @@ def run(ctx: MethodContext):
         with timed(f):
             canvas = _low_canvas(low, h, w, rows_done)
             if sampled:   # the proposal drawn from the up-sampler's own distribution q at every cell
-                q = learned_logits(canvas, r, net).float().softmax(0).reshape(ctx.tokenizer.vocab_size, -1).T.cpu()
+                q = learned_logits(canvas, r, net, p.upsampler).float().softmax(0).reshape(ctx.tokenizer.vocab_size, -1).T.cpu()
                 proposal[start:stop] = sample(q[start:stop], ctx.gen).numpy()
                 q_rows.update(zip(range(start, stop), q[start:stop]))
             else:
@@ -178,7 +179,7 @@ def run(ctx: MethodContext):
         yield Step("upsample", None, 0, f["wall_ms"], cells_of(range(start, stop), W), proposal[start:stop].tolist())
 
     def q_of(cells) -> torch.Tensor:
-        """(len(cells), V) the distribution each cell's proposal was drawn from: the learned up-sampler's
+        """(len(cells), V) the distribution each cell's proposal was drawn from: the token-space up-sampler's
         q when sampled, else the one-hot of the (deterministic) proposal."""
         if sampled:
             return torch.stack([q_rows[int(c)] for c in cells])
