@@ -22,6 +22,12 @@ MULO_KNOBS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_ro
               "rejection", "context", "sjd_window", "redraft", "draft_method", "accept", "commit")
 METHOD_KNOBS = {"ar": (), "zipar": ("window",), "sjd": _JACOBI, "scd": _JACOBI,
                 "gsd": (*_JACOBI, "gsd_group", "gsd_gap", "gsd_dist"), "pjd": (*_JACOBI, "pjd_c"), "mulo": MULO_KNOBS}
+# the knobs every other method reads (the draft methods': METHOD_KNOBS); tests/test_knobs_read.py checks
+# against runs that a knob outside a method's set never changes its run
+_TREE = ("tree_tokens", "tree_depth", "tree_top_k")
+OTHER_KNOBS = {"sd": ("gamma",), "eagle": _TREE, "lantern": (*_TREE, "delta", "lantern_k"),
+               "lantern_pp": ("lantern_k", "lantern_lambda"), "vvs": (*_TREE, "vvs_skip", "vvs_schedule"),
+               "cool": ("gamma", "cool_delta", "cool_nu", "cool_norm")}
 DRAFT_SPEC_MAX = 64
 REJECTION_MODES = ("local", "raster")
 CONTEXT_MODES = ("exact", "verify")
@@ -112,6 +118,30 @@ def knob_value(key: str, text: str):
         return int(text) if typ == "int" else float(text) if typ == "float" else text
     except ValueError:
         raise ParameterError(f"{key} must be {'an integer' if typ == 'int' else 'a number'}; got {_short(text)}") from None
+
+
+def knobs_read(method: str, p: MethodParams | None = None) -> tuple[str, ...]:
+    """The method knobs (MethodParams fields) that a run of `method` with knobs p reads; every other one
+    leaves the run as it is. mulo's drafter method inherits the knobs it reads from p (draft_spec)."""
+    if method not in METHOD_KNOBS:
+        return OTHER_KNOBS.get(method, ())
+    own = METHOD_KNOBS[method]
+    if method != "mulo":
+        return own
+    try:
+        name, inner = draft_spec(p or MethodParams())
+    except ParameterError:
+        return own
+    extra = knobs_read(name, inner)
+    return own + tuple(k for k in extra if k not in own)
+
+
+def spec_label(method: str, p: MethodParams | None = None) -> str:
+    """The run's name as `python -m core bench --methods` takes it: the method and each knob it reads
+    that differs from the default (`zipar:window=16`; `zipar` at the defaults)."""
+    p, d = p or MethodParams(), MethodParams()
+    return "".join([method] + [f":{k}={getattr(p, k):g}" if isinstance(getattr(p, k), float) else f":{k}={getattr(p, k)}"
+                               for k in knobs_read(method, p) if getattr(p, k) != getattr(d, k)])
 
 
 def draft_spec(p: MethodParams) -> tuple[str, MethodParams]:
