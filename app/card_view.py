@@ -16,7 +16,7 @@ from core import cell_view, engine
 
 from . import theme
 
-PATCH = 22        # side of a code's patch on the card, in pixels
+PATCH = 32        # side of a code's patch on the card, in pixels
 BAR = 6           # characters of a full share bar (the card is a narrow column: the table must fit it)
 
 
@@ -133,6 +133,8 @@ def card(trace, i: int, j: int, pair=None) -> str:
             parts.append(f"p = {t['p']:.4g}")
         if "q" in t:
             parts.append(f"q = {t['q']:.4g}" + (f" (rank {t['q_rank']} under q)" if "q_rank" in t else ""))
+        if "head_q" in t:
+            parts.append(f"the head's q = {t['head_q']:.4g} (it drew the tree; the test counts a chosen draft as q = 1)")
         if "ratio" in t:
             parts.append(f"min(1, p/q) = {t['ratio']:.4f}")
         if "annealed" in t:

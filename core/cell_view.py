@@ -357,7 +357,10 @@ def _sd(view, trace, c, final_tok, pair) -> CellView:
         x = next((nd["token"] for nd in view.nodes if nd["verdict"] == 1), view.nodes[-1]["token"] if view.nodes else None)
         if x is not None:
             view.judged = _entry(probs, x, label="draft (the last sibling tried)")
-            view.test = dict(p=float(probs[x]), q=next(nd["q"] for nd in view.nodes if nd["token"] == x), trace=a)
+            q_x = next(nd["q"] for nd in view.nodes if nd["token"] == x)
+            # eagle, lantern and vvs test a chosen draft with q = 1: the head's q drew the tree only;
+            # lantern_pp's test divides by it
+            view.test = dict(p=float(probs[x]), trace=a, **({"q": q_x} if trace.method == "lantern_pp" else {"head_q": q_x}))
         if not ok and trace.method in ("eagle", "vvs") and view.nodes:   # point rule: rejected siblings leave p
             r = probs.clone()
             r[[nd["token"] for nd in view.nodes]] = 0.0

@@ -163,6 +163,27 @@ def test_an_sd_cell_shows_p_q_and_the_test_of_the_trace(sd, tiny_pair):
             assert view.resampled["token"]["p"] == pytest.approx(float(r[final[c]]), abs=1e-5)
 
 
+@pytest.mark.parametrize("method", ["eagle", "lantern_pp"])
+def test_a_tree_card_names_the_q_its_test_divides_by(method, embedded):
+    """eagle tests a chosen draft with q = 1: the head's q beside it is named the head's and said not to be
+    in the test (it once read "q = 0.1499" right after "q = 1 (chosen drafts)"); lantern_pp's test divides
+    by the head's q, so there it is the test's q. Each q equals the tree node's, read from the trace."""
+    trace = engine.run(RunConfig(method=method, seed=1), embedded)
+    t = render.tests(trace)
+    i, j = map(int, np.argwhere(t.passed)[len(np.argwhere(t.passed)) // 2])
+    view = cell_view.cell_view(trace, i, j, embedded)
+    node = next(nd for nd in view.nodes if nd["token"] == view.judged["token"])
+    md = card_view.card(trace, i, j, embedded)
+    line = next(ln for ln in md.splitlines() if ln.startswith("- the test: "))
+    if method == "eagle":
+        assert "q" not in view.test and view.test["head_q"] == node["q"]
+        assert f"the head's q = {node['q']:.4g}" in line and "counts a chosen draft as q = 1" in line
+        assert not re.search(r"(?<!head's )\bq = 0", line)
+    else:
+        assert "head_q" not in view.test and view.test["q"] == node["q"]
+        assert f"q = {node['q']:.4g}" in line and "head's" not in line
+
+
 def test_the_card_draws_each_code_as_its_patch_and_the_shares_as_bars(run, embedded):
     _, _, (i, j) = cells_of(run)
     md = card_view.card(run, i, j, embedded)
@@ -193,7 +214,7 @@ def test_a_card_is_quick_once_the_model_is_loaded():
 
 
 def test_the_page_shows_the_target_s_view_after_a_click(tmp_path):
-    from chromium import MISSING, generate_and_wait, launch, open_page, present
+    from chromium import BROKEN_WORDS_JS, MISSING, generate_and_wait, launch, open_page, present
     if not present():
         pytest.skip(MISSING)
     from appserver import running_app
@@ -210,5 +231,7 @@ def test_the_page_shows_the_target_s_view_after_a_click(tmp_path):
         assert imgs.count() >= cell_view.TOP + 1
         page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=imgs.first.element_handle())
         assert imgs.first.get_attribute("src").startswith("data:image/png;base64,")
+        # the B_k and top-token tables at 1440 x 900: no header or cell broken inside a word ("cod/e")
+        assert page.evaluate(BROKEN_WORDS_JS, "#cell th, #cell td") == []
         page.locator("#cell").screenshot(path=str(tmp_path / "card.png"))
         browser.close()
