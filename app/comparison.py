@@ -15,7 +15,7 @@ from functools import lru_cache
 import gradio as gr
 
 from core import bench, engine, report
-from core.config import UPSAMPLERS
+from core.config import UPSAMPLERS, spec_label
 from core.embedded import family
 from core.embedded.domain import parse_prompt
 from core.embedded.evaluate import quality as measured_quality
@@ -69,12 +69,12 @@ def _side_by_side(session, run, pair, jobs: list[tuple[str, object]], what: str,
                "and wall-clock columns are that comparison's.")
         return
     gallery, rows, table = [], [], []
-    jobs = [("ar", replace(run, method="ar"))] + jobs
+    jobs = [("ar", replace(run, method="ar"), "ar")] + jobs
     measure = "prompt adherence"
     with running(session, "Compare"):
         try:
             base = base_img = None
-            for n, (label, cfg_m) in enumerate(jobs):
+            for n, (label, cfg_m, caption) in enumerate(jobs):
                 yield gallery, table, plots.compare_bars(rows, measure), f"Running {label} ({n + 1} of {len(jobs)})…"
                 try:
                     engine.context(cfg_m, pair)
@@ -89,7 +89,7 @@ def _side_by_side(session, run, pair, jobs: list[tuple[str, object]], what: str,
                 score, measure = adherence(img, run.prompt, run.model)
                 q = per_image.against_ar(pair, trace, base, img, base_img) or per_image.REFERENCE
                 t = trace.totals
-                rows.append(dict(method=label, quality=float("nan") if score is None else score, passes=passes,
+                rows.append(dict(method=caption, quality=float("nan") if score is None else score, passes=passes,
                                  sharpness=q["sharpness"], loglik_gap=q["loglik_gap"], **t))
                 upsampled = sum(s["wall_ms"] for s in trace.steps if s["phase"] == "upsample")
                 note = "timed first, as the reference" if label == "ar" else \
@@ -101,8 +101,8 @@ def _side_by_side(session, run, pair, jobs: list[tuple[str, object]], what: str,
                               round(q["loglik_gap"], 3), note])
                 if proposals and label != "ar":
                     gallery.append((render.crisp(engine.decode_image(trace.proposal, pair.tokenizer)),
-                                    f"{label}: proposal"))
-                gallery.append((render.crisp(img), f"{label}: final" if proposals else label))
+                                    f"{caption}: proposal"))
+                gallery.append((render.crisp(img), f"{caption}: final" if proposals else caption))
         except Stopped:
             yield (gallery, table, plots.compare_bars(rows, measure),
                    f"Stopped after {len(rows)} of {len(jobs)} runs; the table shows those finished.")
@@ -122,7 +122,9 @@ def compare(request: gr.Request | None, *knobs):
     Yields (gallery, table, figure, status) before each method and at the end."""
     run = run_config(*knobs)
     pair = checked(run)
-    jobs = [(m, replace(run, method=m)) for m in registry() if m != "ar"]
+    # each row named as the bench names it, with the knobs it reads that differ from the defaults
+    # (zipar:window=16); the images and bars by the method's name
+    jobs = [(spec_label(m, run.params), replace(run, method=m), m) for m in registry() if m != "ar"]
     yield from _side_by_side(session_of(request), run, pair, jobs, f"{len(jobs) + 1} methods")
 
 
@@ -133,7 +135,8 @@ def compare_upsamplers(request: gr.Request | None, *knobs):
     network for is a row saying so. Yields (gallery, table, figure, status)."""
     run = replace(run_config(*knobs), method="mulo")
     pair = checked(run)
-    jobs = [(f"mulo, upsampler={u}", run.with_params(upsampler=u)) for u in UPSAMPLERS]
+    named = spec_label("mulo", replace(run.params, upsampler="pixel"))   # the other knobs; each row adds its up-sampler
+    jobs = [(f"{named}:upsampler={u}", run.with_params(upsampler=u), u) for u in UPSAMPLERS]
     yield from _side_by_side(session_of(request), run, pair, jobs,
                              f"the {len(UPSAMPLERS)} up-samplers at r = {run.params.scale}", proposals=True)
 

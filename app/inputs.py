@@ -14,7 +14,7 @@ import math
 import gradio as gr
 
 from core import engine
-from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig, validate
+from core.config import MethodParams, ParameterError, RunConfig, SamplingConfig, knobs_read, validate
 from core.embedded.domain import BACKGROUNDS, COLOURS, PLACES, SHAPES, SIZES
 from core.methods import registry
 from core.models import hub
@@ -81,6 +81,28 @@ def knob_value(name: str, v):
     if not isinstance(v, str):
         raise ValueError
     return v
+
+
+PARAM_KNOBS = _PARAM_FIELDS   # the method knobs, each read by some methods only (core.config.knobs_read)
+
+
+def unread_word(method: str) -> str:
+    return f"{method} does not read this knob (Compare still gives it to the methods that do)"
+
+
+def knob_states(infos: dict, method, draft_method, draft_window) -> tuple:
+    """Each method knob (PARAM_KNOBS order) enabled when the chosen method reads it, otherwise disabled
+    with a word under it saying so; infos: each knob's own words, kept under an enabled knob. mulo
+    also reads its drafter method's knobs. Values are left as they are."""
+    method = method if method in registry() else DEFAULTS["method"]
+    try:
+        p = MethodParams(draft_method=knob_value("draft_method", draft_method),
+                         draft_window=knob_value("draft_window", draft_window))
+    except (TypeError, ValueError, OverflowError):
+        p = MethodParams()
+    read = set(knobs_read(method, p))
+    return tuple(gr.update(interactive=True, info=infos.get(k) or "") if k in read else
+                 gr.update(interactive=False, info=unread_word(method)) for k in PARAM_KNOBS)
 
 
 def kind_of(name: str) -> str:

@@ -9,12 +9,14 @@ quality numbers are read from the state (app.quality measured them).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
 import gradio as gr
 
 from core import engine
+from core.config import MethodParams, spec_label
 from core.trace import Trace
 
 from . import ambiguity_view, codebook_view, plots, render, theme, trees_view
@@ -22,7 +24,7 @@ from . import quality as per_image
 from . import card_view
 from .inputs import whole_number
 from .level_rows import CASCADE_ROWS, LEVEL_VIEWS, level_views
-from .messages import short, user_error
+from .messages import markdown_text, short, user_error
 
 # a tree method's views: the cycle chooser, the chosen cycle's tree and the accepted length per cell (their
 # column is shown by tree_column after each change of the stored run: an API client receives no layout)
@@ -159,6 +161,15 @@ def speedup(trace: Trace, baseline: Trace | None) -> tuple[float, float | None, 
     return passes, wall, target
 
 
+def run_name(trace: Trace) -> str:
+    """The run as a bench spec: its method and the knobs it read that differ from the defaults."""
+    fields = {f.name for f in dataclasses.fields(MethodParams)}
+    try:
+        return spec_label(trace.method, MethodParams(**{k: v for k, v in trace.params.items() if k in fields}))
+    except (TypeError, ValueError):   # a replayed trace's knob of another type: the method alone
+        return trace.method
+
+
 def percent(x) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
@@ -180,9 +191,12 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
         head = f"### ar is the reference: {t['target_nfe']} sequential passes, {t['wall_ms'] / 1000:.2f} s"
         notes = []
     else:
-        head = (f"### {passes:.2f}× fewer sequential passes than ar (target + drafter)" if passes >= 1 else
-                f"### {1 / passes:.2f}× more sequential passes than ar (target + drafter)")
-        head += f" · {wall:.2f}× wall clock" if wall is not None else " · wall clock: no ar run to compare"
+        name = markdown_text(run_name(trace))   # a replayed trace's knobs are a file's text
+        head = (f"### {name}: {passes:.2f}× fewer sequential passes than ar (target + drafter)" if passes >= 1 else
+                f"### {name}: {1 / passes:.2f}× more sequential passes than ar (target + drafter)")
+        head += (" · wall clock: no ar run to compare" if wall is None else
+                 f" · {wall:.2f}× faster than ar on the wall clock" if wall >= 1 else
+                 f" · {1 / wall:.2f}× slower than ar on the wall clock")
         notes = [f"Target passes alone: {target:.2f}× fewer than ar (detail: drafter passes not counted)."]
         if t["drafter_nfe"]:
             notes.append(f"Every drafter pass ({t['drafter_nfe']} here) is counted like a target pass in the headline, "
@@ -316,10 +330,19 @@ def scrub(state, n, show_grid=False):
     return render.canvas_image(render.replay(trace, n), tok, show_grid is True), render.step_caption(trace, n)
 
 
+NO_CELL = "Click a cell of the proposal or of the heatmap, or type its (row, column), to see its numbers."
+
+
+def _card(trace, i: int, j: int) -> tuple[str, str]:
+    """(the cell card of (i, j) in this run, the cell as the Cell box shows it)."""
+    head = f"*The cell card of this run: {markdown_text(run_name(trace))}, seed {trace.seed}.*\n\n"
+    return head + render.cell_details(trace, render.verdict(trace), i, j) + card_view.card(trace, i, j), f"{i}, {j}"
+
+
 def inspect_cell(state, evt: gr.SelectData):
-    """Details of the proposal cell under a click (evt.index = pixel (x, y))."""
+    """(card, cell) of the proposal cell under a click (evt.index = pixel (x, y))."""
     if not state:
-        return "Generate an image first, then click a cell of the proposal."
+        return "Generate an image first, then click a cell of the proposal.", gr.skip()
     trace = state["trace"]
     try:
         x, y = (float(v) for v in evt.index[:2])
@@ -327,19 +350,36 @@ def inspect_cell(state, evt: gr.SelectData):
         raise user_error(f"a cell is picked by its pixel (x, y); got {short(evt.index)}") from None
     if not (math.isfinite(x) and math.isfinite(y)):
         raise user_error(f"a cell is picked by its pixel (x, y); got {short(evt.index)}")
-    i, j = render.cell_at(x, y, tuple(trace.grid["target"]))
-    return render.cell_details(trace, render.verdict(trace), i, j) + card_view.card(trace, i, j)
+    return _card(trace, *render.cell_at(x, y, tuple(trace.grid["target"])))
 
 
 def inspect_heatmap(state, clicked: str):
-    """The same cell card for a heatmap click ("i,j,…" written by the page's click listener)."""
+    """The same (card, cell) for a heatmap click ("i,j,…" written by the page's click listener)."""
     if not state or not clicked:
-        return gr.skip()
+        return gr.skip(), gr.skip()
     trace = state["trace"]
     H, W = trace.grid["target"]
     try:
         i, j = (int(x) for x in clicked.split(",")[:2])
     except ValueError:
-        return gr.skip()
-    i, j = min(max(i, 0), H - 1), min(max(j, 0), W - 1)
-    return render.cell_details(trace, render.verdict(trace), i, j) + card_view.card(trace, i, j)
+        return gr.skip(), gr.skip()
+    return _card(trace, min(max(i, 0), H - 1), min(max(j, 0), W - 1))
+
+
+def inspect_typed(state, typed) -> tuple[str, str]:
+    """The (card, cell) of the cell in the Cell box ("row, column"), in the stored run: called when a
+    cell is typed and after every new run, so that the card follows the cell and never shows an
+    earlier run's numbers. An empty box: the card says how to pick one."""
+    text = "" if typed is None else str(typed).strip().strip("()")
+    if not text:
+        return NO_CELL, ""
+    if not state:
+        return "Generate an image first; the card then shows this cell.", gr.skip()
+    H, W = state["trace"].grid["target"]
+    try:
+        i, j = (whole_number(v) for v in text.replace(";", ",").split(","))
+    except (TypeError, ValueError, OverflowError):
+        raise user_error(f"cell must be a row and a column, e.g. 3, 7; got {short(typed)}") from None
+    if not (0 <= i < H and 0 <= j < W):
+        raise user_error(f"cell must have a row in [0, {H - 1}] and a column in [0, {W - 1}]; got {short(typed)}")
+    return _card(state["trace"], i, j)

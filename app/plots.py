@@ -63,12 +63,22 @@ def heatmap(trace, v: Verdict | None, t: Tests | None = None) -> go.Figure:
     fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", title="row i")
     fig.update_xaxes(constrain="domain", title="column j")
     n_res = int(v.resample.sum())
-    fig.update_layout(height=420, margin=dict(MARGIN, t=60, r=48), title=dict(
+    merged = merged_islands(v.islands)   # a third line, said only when one island covers most of the grid
+    fig.update_layout(height=420 + 36 * bool(merged), margin=dict(MARGIN, t=60 + 36 * bool(merged), r=48), title=dict(
         text=f"Pooled mass vs τ = {v.tau:g}: {int(v.accepted.sum())} of {H * W} passed τ"
              f"<br><sup>{H * W - n_res} kept, {n_res} resampled in {len(np.unique(v.islands[v.islands > 0]))} "
-             f"island(s)</sup>", x=0.01, xanchor="left"), legend=dict(orientation="h", y=-0.18),
+             f"island(s)</sup>" + (f"<br><sup>{merged}</sup>" if merged else ""), x=0.01, xanchor="left"),
+        legend=dict(orientation="h", y=-0.18),
         modebar=dict(orientation="v"))
     return fig
+
+
+def merged_islands(islands: np.ndarray) -> str:
+    """What the heatmap's title adds when one island covers most of the grid: the islands grown around
+    the rejected cells merged, so most of the grid was redrawn, not a few local spots."""
+    ids, sizes = np.unique(islands[islands > 0], return_counts=True)
+    share = sizes.max() / islands.size if len(ids) else 0.0
+    return f"the islands merged: the largest covers {100 * share:.0f}% of the grid" if share > 0.5 else ""
 
 
 def _pooled_colorbar(tau: float) -> dict:

@@ -62,7 +62,17 @@ CSS = """
 #speedup { font-size: 1.05em; }
 .key { font-size: 0.9em; line-height: 1.7; }
 #results.outdated::before { content: "The knobs have changed since these results were made: press Generate to see their effect."; display: block; padding: 0.4em 0.8em; border-radius: 6px; background: #fff3cd; color: #5c4400; font-weight: 600; }
-#compare-table table { table-layout: fixed; width: 100% !important; min-width: 0 !important; }
-#compare-table th, #compare-table td { white-space: normal !important; overflow-wrap: anywhere; min-width: 0 !important; width: auto !important; padding-left: 2px; padding-right: 2px; font-size: 0.85em; }
+#compare-table table { table-layout: auto; width: 100% !important; min-width: 0 !important; }
+#compare-table th, #compare-table td, #compare-table .body-cell { font-size: 0.8em; }
+#compare-table th, #compare-table td { white-space: normal !important; min-width: 0 !important; width: auto !important; padding-left: 0; padding-right: 0; }
+#compare-table .cell-wrap { padding-left: 3px !important; padding-right: 3px !important; }
+#compare-table td, #compare-table td *, #compare-table .body-cell, #compare-table .body-cell * { white-space: nowrap !important; }
+#compare-table td:first-child, #compare-table td:first-child *, #compare-table .body-cell:first-child, #compare-table .body-cell:first-child * { white-space: normal !important; overflow-wrap: anywhere !important; }
+#compare-table td:last-child, #compare-table td:last-child *, #compare-table .body-cell:last-child, #compare-table .body-cell:last-child * { white-space: normal !important; overflow-wrap: normal !important; word-break: normal !important; }
+#compare-table td:last-child { min-width: 7em !important; }
+#compare-table td:first-child { min-width: 7.5em !important; }
+#compare-table th, #compare-table th * { overflow-wrap: normal !important; word-break: normal !important; hyphens: manual; }
+#cell th, #cell td { word-break: normal !important; overflow-wrap: normal !important; }
+#cell th { white-space: nowrap; }
 .stale img, .stale .js-plotly-plot, .stale table { opacity: 0.35; filter: grayscale(0.6); transition: opacity 0.2s; }
 """

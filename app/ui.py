@@ -4,6 +4,7 @@ app.replays, app.panels, app.links, app.inputs, app.control). Model-running even
 slot ("model")."""
 from __future__ import annotations
 
+import functools
 import json
 
 import gradio as gr
@@ -62,8 +63,9 @@ INTRO = """# MuLo-SD Explorer
 Speculative decoding for autoregressive image models, one token grid at a time. A small **drafter**
 paints a low-resolution image quickly; it is **up-sampled** into a proposal for the full grid; the big
 **target** model checks every proposed token in *one* pass and keeps the ones it finds likely enough
-(pooled probability ≥ τ). Only the rejected spots, grown by a radius into **islands**, are redrawn by the
-target. Pick a preset, press **Generate**, then explore the views."""
+(pooled probability ≥ τ). The rejected spots, grown by a radius into **islands**, are redrawn by the
+target; where rejections are dense the islands merge, and the heatmap's title says how much of the grid
+each run redrew. Pick a preset, press **Generate**, then explore the views."""
 
 EXPLAIN = {
     "images": panels.METHOD_EXPLAIN["mulo"][0],
@@ -150,24 +152,24 @@ def _more_knobs(vocab_size: int) -> dict:
                                   min_width=120)
         k["seed"] = gr.Number(d["seed"], minimum=0, step=1, label="Seed", elem_id="seed", min_width=100)
     with gr.Accordion("More MuLo-SD knobs", open=False):
-        k["rejection"] = gr.Radio(list(REJECTION_MODES), value=d["rejection"], label="Rejection",
+        k["rejection"] = gr.Radio(list(REJECTION_MODES), value=d["rejection"], elem_id="rejection", label="Rejection",
                                   info="local: only around rejections; raster: resample the first, draft again")
-        k["context"] = gr.Radio(list(CONTEXT_MODES), value=d["context"], label="Context while resampling",
+        k["context"] = gr.Radio(list(CONTEXT_MODES), value=d["context"], elem_id="context", label="Context while resampling",
                                 info="exact: rewrite K/V whose context changed; verify: passed tokens keep "
                                      "the verify pass's K/V (cheaper)")
-        k["resample"] = gr.Radio(list(RESAMPLE_MODES), value=d["resample"], label="Resampling",
+        k["resample"] = gr.Radio(list(RESAMPLE_MODES), value=d["resample"], elem_id="resample", label="Resampling",
                                  info="serial: one token per pass; islands: islands in parallel (ZipAR inside); "
                                       "jacobi: the proposal is the first guess of a Jacobi iteration inside "
                                       "each island")
-        k["redraft"] = gr.Radio(list(REDRAFTS), value=d["redraft"], label="Jacobi redraft (resample = jacobi)",
+        k["redraft"] = gr.Radio(list(REDRAFTS), value=d["redraft"], elem_id="redraft", label="Jacobi redraft (resample = jacobi)",
                                 info="unaccepted guesses redrawn from p (independent) or coupled with the old "
                                      "guess (coupled, as scd)")
-        k["upsampler"] = gr.Radio(list(UPSAMPLERS), value=d["upsampler"], label="Up-sampler")
-        k["accept"] = gr.Radio(list(ACCEPT_RULES), value=d["accept"], label="Acceptance test",
+        k["upsampler"] = gr.Radio([("pixel (bicubic)" if u == "pixel" else u, u) for u in UPSAMPLERS], value=d["upsampler"], elem_id="upsampler", label="Up-sampler")
+        k["accept"] = gr.Radio(list(ACCEPT_RULES), value=d["accept"], elem_id="accept", label="Acceptance test",
                                info="pooled: pooled mass on B_k ≥ τ; exact: min(1, p/q) per cell (a "
                                     "token-space up-sampler's proposal, learned or distilled, drawn from its q), a rejected cell drawn from the "
                                     "residual in the verify pass at l = 0")
-        k["commit"] = gr.Radio(list(COMMIT_RULES), value=d["commit"], label="A kept cell commits (accept = pooled)",
+        k["commit"] = gr.Radio(list(COMMIT_RULES), value=d["commit"], elem_id="commit", label="A kept cell commits (accept = pooled)",
                                info="proposal: the proposal's token; target: a token drawn from the target's p "
                                     "restricted to B_k, from the same verify pass")
         k["draft_rows"] = _slider("draft_rows", "Draft rows per cycle (0 = all)")
@@ -193,11 +195,11 @@ def _more_knobs(vocab_size: int) -> dict:
                                       "λ: the relaxed p̃ stays ≤ λ·p (lantern_pp; 1 = lossless)",
                                       "lantern_pp drafts a static tree: the three tree knobs above do not apply")
         k["vvs_skip"] = _slider("vvs_skip", "Unverified cycles after a verified one (vvs; 0 = eagle)")
-        k["vvs_schedule"] = gr.Radio(list(VVS_SCHEDULES), value=d["vvs_schedule"], label="Skip schedule (vvs)",
+        k["vvs_schedule"] = gr.Radio(list(VVS_SCHEDULES), value=d["vvs_schedule"], elem_id="vvs_schedule", label="Skip schedule (vvs)",
                                      info="uniform: after every verified cycle; dynamic: only after one whose "
                                           "accepted path reached half the tree's depth")
         k["sjd_window"] = _slider("sjd_window", "Jacobi window L (sjd, scd, gsd; pjd per row)")
-        k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], label="Jacobi initialisation (sjd, scd, gsd, pjd)")
+        k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], elem_id="sjd_init", label="Jacobi initialisation (sjd, scd, gsd, pjd)")
     with gr.Accordion("scd, gsd, pjd and cool knobs", open=False):
         k["gsd_group"] = _slider("gsd_group", "G: cluster rank window (gsd)")
         k["gsd_gap"] = _slider("gsd_gap", "Cluster probability gap (gsd)")
@@ -205,7 +207,7 @@ def _more_knobs(vocab_size: int) -> dict:
         k["pjd_c"] = _slider("pjd_c", "c: tokens of a row before the next starts (pjd)")
         k["cool_delta"] = _slider("cool_delta", "δ: relaxation scale (cool)")
         k["cool_nu"] = _slider("cool_nu", "ν: annealing rate (cool)")
-        k["cool_norm"] = gr.Radio(list(COOL_NORMS), value=d["cool_norm"], label="μ (cool)",
+        k["cool_norm"] = gr.Radio(list(COOL_NORMS), value=d["cool_norm"], elem_id="cool_norm", label="μ (cool)",
                                   info="mean: the weights average δ; first: the first weight is δ")
     with gr.Accordion("ZipAR and sampling", open=False):
         k["window"] = _slider("window", "ZipAR window w",
@@ -351,8 +353,10 @@ def build_demo() -> gr.Blocks:
                                     explain_islands = _explain("islands")
                                     islands = _grid("Rejection islands", "islands")
                                     islands_key = gr.HTML(elem_id="islands-key")
-                                    cell = gr.Markdown("Click a cell of the proposal or of the heatmap to see its "
-                                                       "numbers.", elem_id="cell")
+                                    cell_pick = gr.Textbox(label="Cell (row, column): followed across runs",
+                                                           placeholder="e.g. 3, 7, then Enter", max_lines=1,
+                                                           elem_id="cell-pick")
+                                    cell = gr.Markdown(panels.NO_CELL, elem_id="cell")
                             # the target's ambiguity per cell and the codebook's neighbours, shown once a run is
                             # stored (ambiguity_view.column, after each change of the stored run)
                             with gr.Column(visible=False, elem_id="ambiguity-view") as ambiguity_column:
@@ -406,7 +410,7 @@ def build_demo() -> gr.Blocks:
                         cmp_gallery = Gallery(label="Final images", columns=7, height="auto", format="png",
                                               interactive=False, elem_classes=["token-grid"])
                         cmp_table = gr.Dataframe(headers=comparison.COMPARE_COLUMNS, interactive=False, label="Figures",
-                                                 elem_id="compare-table", wrap=True)
+                                                 elem_id="compare-table", wrap=True, max_height=2000, pinned_columns=1)
                         cmp_plot = gr.Plot(label="Side by side", show_label=False, elem_id="compare-plot")
                     with gr.Tab("Sweep", id="sweep"):
                         _explain("sweep")
@@ -464,6 +468,9 @@ def build_demo() -> gr.Blocks:
         # a knob moved by hand (or by a preset) after a run marks the results as made with other knobs
         gr.on([k.input for k in knob_list] + [preset.input], None, None, None, js=OUTDATED_JS)
         for changed in (gen, rep):   # the tree view shows for a run that verified draft trees only
+            # the cell card follows its cell into the new run: never an earlier run's numbers
+            changed.then(panels.inspect_typed, [state, cell_pick], [cell, cell_pick], api_visibility="private",
+                         show_progress="hidden", preprocess=False)
             changed.then(panels.tree_column, state, tree_view, api_visibility="private", show_progress="hidden")
             changed.then(ambiguity_view.column, state, ambiguity_column, api_visibility="private",
                          show_progress="hidden")
@@ -483,10 +490,12 @@ def build_demo() -> gr.Blocks:
                        show_progress="hidden", trigger_mode="always_last", preprocess=False)
         tree_cycle.input(panels.tree_at, [state, tree_cycle], tree, api_name="tree_cycle", show_progress="hidden",
                          trigger_mode="always_last", preprocess=False)
-        proposal.select(panels.inspect_cell, state, cell, api_visibility="private")
+        proposal.select(panels.inspect_cell, state, [cell, cell_pick], api_visibility="private")
+        cell_pick.submit(panels.inspect_typed, [state, cell_pick], [cell, cell_pick], api_name="cell",
+                         show_progress="hidden", preprocess=False)
         summary_file.upload(comparison.open_summary, summary_file, [sweep_plot, sweep_status], api_name="open_summary")
-        heatmap_click.change(panels.inspect_heatmap, [state, heatmap_click], cell, api_visibility="private",
-                             show_progress="hidden")
+        heatmap_click.change(panels.inspect_heatmap, [state, heatmap_click], [cell, cell_pick],
+                             api_visibility="private", show_progress="hidden")
         # the menus' values reach their handlers as sent (preprocess=False): one off a menu is named there,
         # short and escaped, instead of echoed whole by the menu's own check
         preset.input(links.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden",
@@ -496,6 +505,14 @@ def build_demo() -> gr.Blocks:
                                api_visibility="private", show_progress="hidden", preprocess=False)
         knobs["method"].change(panels.canvas_key, knobs["method"], canvas_key, api_visibility="private",
                                show_progress="hidden", preprocess=False)
+        # a knob the chosen method does not read is disabled, with a word saying so (its value stays: Compare
+        # gives it to the methods that read it)
+        infos = {k: knobs[k].info for k in inputs.PARAM_KNOBS}
+        gr.on([demo.load, knobs["method"].change, knobs["draft_method"].change, knobs["draft_window"].change],
+              functools.partial(inputs.knob_states, infos),
+              [knobs["method"], knobs["draft_method"], knobs["draft_window"]],
+              [knobs[k] for k in inputs.PARAM_KNOBS], api_visibility="private", show_progress="hidden",
+              preprocess=False, trigger_mode="always_last")
         knobs["model"].change(inputs.pick_model, knobs["model"], [knobs["top_k"], knobs["cfg"], knobs["temperature"],
                                                                   knobs["cfg_interval"], knobs["lantern_k"],
                                                                   knobs["scale"], pair_info], api_visibility="private",

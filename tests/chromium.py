@@ -55,3 +55,18 @@ def generate_and_wait(page):
     page.evaluate(RECORD_STATUS)
     page.get_by_role("button", name="Generate", exact=True).click()
     page.wait_for_function(RAN_TO_DONE, timeout=LONG)
+
+
+# the words of the elements matching a selector that the layout breaks across two lines (a Range per
+# word: its boxes on more than one line top)
+BROKEN_WORDS_JS = """(sel) => { const out = [];
+    for (const el of document.querySelectorAll(sel)) {
+        const w = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+        for (let n = w.nextNode(); n; n = w.nextNode()) {
+            const re = /\\S+/g; let m;
+            while ((m = re.exec(n.data))) {
+                const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+                const tops = new Set([...r.getClientRects()].filter((b) => b.width > 0).map((b) => Math.round(b.top)));
+                if (tops.size > 1) out.push(m[0]);
+            } } }
+    return out; }"""

@@ -12,7 +12,7 @@ import pytest
 from app import comparison, inputs
 from appserver import running_app
 from core import engine
-from chromium import LONG, MISSING, RAN_TO_DONE, RECORD_STATUS, generate_and_wait, launch, open_page, present
+from chromium import BROKEN_WORDS_JS, LONG, MISSING, RAN_TO_DONE, RECORD_STATUS, generate_and_wait, launch, open_page, present
 
 pytestmark = pytest.mark.skipif(not present(), reason=MISSING)
 
@@ -441,9 +441,16 @@ def test_no_text_overlaps_another_at_two_screen_sizes(page, width, height, tmp_p
     page.evaluate("() => document.querySelectorAll('.overlap-probe').forEach((d) => d.remove())")
 
 
+# the Compare table against its scroll box: widths, the box's overflow-x, heights
+SIDEWAYS_JS = """() => { const t = document.querySelector('#compare-table table');
+    const s = t.closest('.virtual-table-viewport') || t.parentElement;
+    return [t.scrollWidth, s.clientWidth, getComputedStyle(s).overflowX, t.scrollHeight, s.clientHeight]; }"""
+
+
 def test_the_compare_tab_shows_every_image_and_every_column_at_1024_wide(page):
     """On the page the overlap test left (its Compare done, once for both tests: a Compare runs every
-    method), at 1024 x 768: every image inside the gallery, the table as wide as its box."""
+    method), at 1024 x 768: every image inside the gallery, the table as wide as its box, and at 1024 and
+    1440 wide no header broken inside a word (measured from the DOM)."""
     from playwright.sync_api import expect
     page.set_viewport_size({"width": 1024, "height": 768})
     page.get_by_role("tab", name="Compare").click()
@@ -460,11 +467,25 @@ def test_the_compare_tab_shows_every_image_and_every_column_at_1024_wide(page):
     for i in range(n):
         b = imgs.nth(i).bounding_box()
         assert b["y"] >= g["y"] - 1 and b["y"] + b["height"] <= g["y"] + g["height"] + 1, (i, b, g)
-    wide = page.evaluate("""() => { const t = document.querySelector('#compare-table table');
-        const s = t.closest('.table-wrap') || t.parentElement; return [t.scrollWidth, s.clientWidth]; }""")
-    assert wide[0] <= wide[1] + 2, wide
-    page.get_by_role("tab", name="Run").click()
+    # no header wraps inside a word (the table once broke "passes" letter by letter to fit 1024 wide): here
+    # the box scrolls sideways with the method column pinned; at 1440 x 900 the whole table fits its box
+    # without any inner scroll
+    assert page.evaluate(BROKEN_WORDS_JS, "#compare-table th") == []
+    assert page.evaluate(SIDEWAYS_JS)[2] in ("auto", "scroll")
     page.set_viewport_size({"width": 1440, "height": 900})
+    page.wait_for_timeout(500)
+    assert page.evaluate(BROKEN_WORDS_JS, "#compare-table th, #compare-table .body-cell:not(:first-child)") == []
+    # a method's name is never broken; a long spec (`mulo:k=24:tau=0.01:…`, no space in it) wraps where it must
+    names = page.evaluate(BROKEN_WORDS_JS, "#compare-table .body-cell:first-child")
+    assert [w for w in names if ":" not in w] == [], names
+    wide, box, _, tall, box_h = page.evaluate(SIDEWAYS_JS)
+    assert wide <= box + 2 and tall <= box_h + 2, (wide, box, tall, box_h)
+    # negative control: a header squeezed to 12 px with wrapping anywhere is found
+    page.evaluate("""() => { const d = document.createElement('div'); d.className = 'broken-probe';
+        d.style = 'width:12px;overflow-wrap:anywhere'; d.textContent = 'speedup'; document.body.appendChild(d); }""")
+    assert page.evaluate(BROKEN_WORDS_JS, ".broken-probe") == ["speedup"]
+    page.evaluate("() => document.querySelectorAll('.broken-probe').forEach((d) => d.remove())")
+    page.get_by_role("tab", name="Run").click()
 
 
 def _knobs_of(run) -> list:
@@ -482,7 +503,7 @@ def test_compare_through_gradio_client_gives_every_method_and_says_it_is_remembe
     from playwright.sync_api import expect
 
     from core import likelihood
-    from core.config import MethodParams
+    from core.config import MethodParams, spec_label
     done = [k for k in comparison.REMEMBERED.keys() if k[1] is False]
     if not done:   # run alone: the page's comparison first
         page.get_by_role("tab", name="Compare").click()
@@ -494,8 +515,10 @@ def test_compare_through_gradio_client_gives_every_method_and_says_it_is_remembe
     assert "Remembered: this comparison of these knobs finished" in status
     col = {name: n for n, name in enumerate(comparison.COMPARE_COLUMNS)}
     assert table["headers"] == comparison.COMPARE_COLUMNS
-    rows = {row[0]: row for row in table["data"]}
+    # each row named as the bench names its run: the method and the knobs it reads that differ from the defaults
+    rows = {row[0].split(":")[0]: row for row in table["data"]}
     assert {"ar", "zipar", "mulo"} <= set(rows) and table["data"][0][0] == "ar"   # ar timed first
+    assert [row[0] for row in table["data"]][1:] == [spec_label(m, run.params) for m in rows if m != "ar"]
     mulo, cells = rows["mulo"], rows["ar"][col["target NFE"]]
     assert rows["ar"][col["passes speedup"]] == 1 and cells == 1024
     assert mulo[col["passes speedup"]] == round(cells / mulo[col["passes (target + drafter)"]], 2)

@@ -115,3 +115,77 @@ def test_a_replayed_trace_puts_its_knobs_in_the_sidebar(browser, app_url, tmp_pa
     expect(page.locator("#preset input")).to_have_value("")       # the trace's own knobs, no preset named
     expect(page.locator("#method input")).to_have_value("zipar")
     page.close()
+
+
+def test_a_knob_the_chosen_method_does_not_read_is_disabled_with_a_word(browser, app_url):
+    """Every method knob, for three methods, enabled exactly when core.config.knobs_read says the method
+    reads it (itself checked against runs, tests/test_knobs_read.py), the others disabled with a word."""
+    from app import inputs
+    from core.config import MethodParams, knobs_read
+    page = open_page(browser, app_url)
+    for folded in ("More MuLo-SD knobs", "SD, tree (EAGLE-2, LANTERN, LANTERN++, VVS) and SJD knobs",
+                   "scd, gsd, pjd and cool knobs", "ZipAR and sampling"):   # a closed accordion draws nothing
+        page.get_by_text(folded, exact=True).click()
+    page.locator("#cool_norm").wait_for()
+
+    def states():
+        return {k: page.locator(f"#{k}").locator("input, textarea").first.is_disabled() for k in inputs.PARAM_KNOBS}
+
+    def choose(method):
+        page.locator("#method input").click()
+        page.get_by_role("option", name=method, exact=True).click()
+
+    for method, params in (("mulo", MethodParams()), ("zipar", MethodParams()), ("lantern", MethodParams()),
+                           ("mulo", MethodParams(draft_method="pjd"))):
+        if page.locator("#method input").input_value() != method:
+            choose(method)
+        if params.draft_method != "ar":
+            page.locator("#draft_method textarea, #draft_method input").first.fill(params.draft_method)
+            page.locator("#draft_method textarea, #draft_method input").first.press("Enter")
+        read = set(knobs_read(method, params))
+        want = {k: k not in read for k in inputs.PARAM_KNOBS}
+        for _ in range(40):   # the update arrives from the server
+            if states() == want:
+                break
+            page.wait_for_timeout(250)
+        assert states() == want, method
+        unread = sorted(k for k in want if want[k])
+        assert unread and all(inputs.unread_word(method) in page.locator(f"#{k}").inner_text() for k in unread)
+        assert all(inputs.unread_word(method) not in page.locator(f"#{k}").inner_text()
+                   for k in inputs.PARAM_KNOBS if not want[k])
+
+
+@pytest.mark.long("three Generates in the browser (mulo at two τ, then zipar), each waited for")
+def test_the_cell_card_follows_its_cell_into_every_new_run_and_never_shows_an_earlier_one(browser, app_url):
+    """Click a cell, change τ, Generate: the card is the new run's (its τ, its name), for the same cell;
+    after a zipar run, zipar's card; a typed cell shows its card. The control is the old page, whose card
+    kept "τ 0.5" after a τ 0.2 run."""
+    import re
+    from playwright.sync_api import expect
+    page = open_page(browser, app_url)
+    generate_and_wait(page)
+    page.locator("#proposal img").first.click(position={"x": 40, "y": 40})
+    expect(page.locator("#cell")).to_contain_text("pooled mass", timeout=20_000)
+    picked = page.locator("#cell-pick input, #cell-pick textarea").first.input_value()
+    i, j = re.fullmatch(r"(\d+), (\d+)", picked).groups()
+    first = page.locator("#cell").inner_text()
+    assert f"Cell ({i}, {j})" in first and "τ 0.5" in first and "this run: mulo, seed 0" in first
+
+    page.locator("#tau input[type=number]").fill("0.2")
+    page.locator("#tau input[type=number]").press("Enter")
+    generate_and_wait(page)
+    expect(page.locator("#cell")).to_contain_text("this run: mulo:tau=0.2, seed 0", timeout=20_000)
+    card = page.locator("#cell").inner_text()
+    assert f"Cell ({i}, {j})" in card and "τ 0.2" in card and "τ 0.5" not in card
+
+    page.locator("#method input").click()
+    page.get_by_role("option", name="zipar", exact=True).click()
+    generate_and_wait(page)
+    expect(page.locator("#cell")).to_contain_text("this run: zipar, seed 0", timeout=20_000)
+    card = page.locator("#cell").inner_text()
+    assert f"Cell ({i}, {j})" in card and "pooled mass" not in card and "τ" not in card
+
+    box = page.locator("#cell-pick input, #cell-pick textarea").first
+    box.fill("3, 7")
+    box.press("Enter")
+    expect(page.locator("#cell")).to_contain_text("Cell (3, 7)", timeout=20_000)

@@ -655,3 +655,23 @@ def test_every_figure_has_an_explicit_height(mulo_trace, baseline):
             plots.sweep_figure([], "q")]
     for fig in figs:
         assert isinstance(fig.layout.height, int) and fig.layout.height > 0
+
+
+def test_the_heatmap_title_says_when_the_islands_merged_into_one_covering_most_of_the_grid(tiny_pair):
+    """The words come from the island map: the largest island's share, said only past half the grid."""
+    grid = np.zeros((10, 10), int)
+    grid[:6] = 1                                  # one island of 60 cells
+    grid[9, 9] = 2
+    assert plots.merged_islands(grid) == "the islands merged: the largest covers 60% of the grid"
+    grid[:6] = 0
+    grid[0, :5], grid[5, :5] = 3, 4                # small islands only: nothing said (the control)
+    assert plots.merged_islands(grid) == "" and plots.merged_islands(np.zeros((4, 4), int)) == ""
+    said = []
+    for radius, tau in ((0, 0.005), (4, 0.5)):     # real runs: said exactly when the largest island passes half
+        trace = mulo(tiny_pair, radius=radius, tau=tau)
+        v = render.verdict(trace)
+        title = plots.heatmap(trace, v, None).layout.title.text
+        sizes = np.unique(v.islands[v.islands > 0], return_counts=True)[1]
+        said.append("merged" in title)
+        assert said[-1] == (len(sizes) > 0 and sizes.max() > v.islands.size / 2), (radius, title)
+    assert said == [False, True]                   # one run of each kind

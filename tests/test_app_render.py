@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import math
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
@@ -11,6 +12,7 @@ import torch
 
 from app import comparison, generation, inputs, level_rows, links, panels, replays
 from app import plots, render, theme
+from app.messages import markdown_text
 from core import engine, likelihood
 from core.config import MethodParams, RunConfig
 from core.embedded.domain import parse_prompt
@@ -121,8 +123,13 @@ def test_scrubber_at_zero_shows_nothing_written(state, tok):
 
 def test_clicking_a_proposal_cell_reports_its_pooled_mass(state):
     evt = gr.SelectData(None, {"index": [5, 318], "value": None})
-    text = panels.inspect_cell(state, evt)
-    assert "Cell (31, 0)" in text and "pooled mass" in text and "τ" in text
+    text, cell = panels.inspect_cell(state, evt)
+    assert "Cell (31, 0)" in text and "pooled mass" in text and "τ" in text and cell == "31, 0"
+    assert panels.inspect_typed(state, " (31, 0) ") == (text, cell)      # typed, the same card
+    assert panels.inspect_typed(state, "") == (panels.NO_CELL, "")
+    for bad, word in (("31", "a row and a column"), ("x, 2", "a row and a column"), ("32, 0", "a row in [0, 31]")):
+        with pytest.raises(gr.Error, match=re.escape(word)):
+            panels.inspect_typed(state, bad)
 
 
 def test_timeline_has_a_lane_for_the_run_and_for_the_baseline(state):
@@ -139,7 +146,8 @@ def test_the_headline_counts_every_sequential_pass_and_target_nfe_is_a_labelled_
     t = trace.totals
     assert passes == 1024 / (t["target_nfe"] + t["drafter_nfe"]) and target == 1024 / t["target_nfe"]
     assert wall == base.totals["wall_ms"] / t["wall_ms"]
-    assert stats.startswith(f"### {passes:.2f}× fewer sequential passes than ar (target + drafter) · {wall:.2f}×")
+    assert stats.startswith(f"### {markdown_text(panels.run_name(trace))}: {passes:.2f}× fewer sequential passes than ar "
+                            f"(target + drafter) · {wall:.2f}× faster than ar on the wall clock")
     assert f"Target passes alone: {target:.2f}× fewer" in stats and "drafter passes not counted" in stats
     assert "ar remembered from" in stats or "ar timed right after it" in stats   # when each wall was measured
 

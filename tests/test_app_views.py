@@ -97,7 +97,7 @@ def test_clicking_a_cell_shows_that_cell_s_numbers(trace):
     checked = set()
     for i, j in [(0, 0), (H - 1, W - 1), (3, W - 2), *[c for c, (_, a) in judged.items() if not a][:3]]:
         evt = gr.SelectData(None, {"index": [int((j + 0.5) * px), int((i + 0.5) * px)], "value": None})
-        card = card_numbers(panels.inspect_cell({"trace": trace}, evt))
+        card = card_numbers(panels.inspect_cell({"trace": trace}, evt)[0])
         assert card["cell"] == (i, j) and card["raster"] == i * W + j
         assert card["final"] == trace.tokens[i][j] and card["proposal"] == trace.proposal[i][j]
         a, b = i * h_ // H, j * w_ // W
@@ -121,7 +121,7 @@ def test_the_island_on_the_card_is_the_island_of_the_cell(tiny_pair):
         for a, b in zip(*np.nonzero(ids)):
             i, j = s["band"][0] + int(a), int(b)
             evt = gr.SelectData(None, {"index": [int((j + 0.5) * px), int((i + 0.5) * px)], "value": None})
-            assert card_numbers(panels.inspect_cell({"trace": t}, evt))["island"] == before + int(ids[a, b])
+            assert card_numbers(panels.inspect_cell({"trace": t}, evt)[0])["island"] == before + int(ids[a, b])
             seen += 1
             break
         before += int(ids.max(initial=0))

@@ -62,7 +62,7 @@ def test_the_heatmap_title_names_the_method_s_rule_and_says_what_each_passed_sha
 def test_the_headline_says_drafter_passes_count_like_target_passes_and_passes_are_the_stable_figure(runs):
     sd = runs["sd"]
     md = panels.stats_markdown(sd, None)
-    assert "more sequential passes than ar" in md
+    assert md.startswith("### sd: ") and "more sequential passes than ar" in md
     assert f"Every drafter pass ({sd.totals['drafter_nfe']} here) is counted like a target pass" in md
     assert "sd's drafter, the pair's small model, runs once per drafted token" in md
     assert "ms/pass" in md and "python -m core bench" in md
@@ -113,3 +113,16 @@ def test_a_replayed_trace_s_knobs_are_the_sidebar_s(runs):
     assert got["radius"] == 1 and got["method"] == "scd" and got["prompt"] == tr.prompt and out[-1] is None
     assert all(not isinstance(v, dict) for v in got.values())       # every value inside its slider
     assert replays.knobs_of(None)[0] is not None
+
+
+def test_a_slower_run_says_slower_and_the_headline_names_the_knobs_it_ran_with(runs):
+    """"0.43× wall clock" read as a speed-up; the headline says slower, and which zipar it was."""
+    import dataclasses
+    sd = runs["sd"]
+    slower = dataclasses.replace(sd, totals=dict(sd.totals, wall_ms=sd.totals["wall_ms"] * 2))
+    head = panels.stats_markdown(slower, sd).splitlines()[0]           # the run took twice ar's wall clock
+    assert head.endswith("· 2.00× slower than ar on the wall clock") and "faster" not in head
+    head = panels.stats_markdown(sd, slower).splitlines()[0]           # ar took twice the run's
+    assert head.endswith("· 2.00× faster than ar on the wall clock") and "slower" not in head
+    zipar = dataclasses.replace(sd, method="zipar", params=dict(sd.params, window=16, tau=0.9))
+    assert panels.stats_markdown(zipar, None).startswith("### zipar\\:window\\=16: ")   # tau is not zipar's

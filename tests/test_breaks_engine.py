@@ -337,6 +337,7 @@ def test_the_lesson_s_words_count_the_passes_they_name(tiny_pair, pass_runs):
 
 def test_the_headline_counts_target_plus_drafter_passes_over_ar_s(pass_runs):
     from app import panels
+    from app.messages import markdown_text
     ar = pass_runs["ar"]
     ar_passes = sum(s["nfe"] for s in ar.steps)
     assert ar_passes == 256
@@ -348,7 +349,7 @@ def test_the_headline_counts_target_plus_drafter_passes_over_ar_s(pass_runs):
             md = panels.stats_markdown(tr, baseline)
             ratio = ar_passes / (t + d)
             word = f"{ratio:.2f}× fewer" if ratio >= 1 else f"{1 / ratio:.2f}× more"
-            head = f"### {word} sequential passes than ar (target + drafter)"
+            head = f"### {markdown_text(panels.run_name(tr))}: {word} sequential passes than ar (target + drafter)"
             assert md.startswith(head + " · "), (m, md.splitlines()[0])
             heads.add(word.split()[1])
             assert f"Target passes alone: {ar_passes / t:.2f}× fewer than ar" in md
