@@ -366,6 +366,37 @@ def inspect_heatmap(state, clicked: str):
     return _card(trace, min(max(i, 0), H - 1), min(max(j, 0), W - 1))
 
 
+def _pinned_cell(state, typed) -> tuple[int, int] | None:
+    """The cell of the Cell box ("row, column") inside the stored run's grid, or None."""
+    text = "" if typed is None else str(typed).strip().strip("()")
+    if not state or not text:
+        return None
+    H, W = state["trace"].grid["target"]
+    try:
+        i, j = (whole_number(v) for v in text.replace(";", ",").split(","))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return (i, j) if 0 <= i < H and 0 <= j < W else None
+
+
+def pinned(state, typed, show_grid=False) -> tuple:
+    """(proposal, heatmap) of the stored run with the Cell box's cell framed on both, redrawn whenever the
+    cell or the run changes; each is left as it is where the run has no such view (no proposal, nothing
+    verified) or no cell is pinned."""
+    cell = _pinned_cell(state, typed)
+    if cell is None:
+        return gr.skip(), gr.skip()
+    trace = state["trace"]
+    H, W = trace.grid["target"]
+    tok = engine.load_pair(trace.model).tokenizer
+    proposal = render.grid_image(trace.proposal, tok, False)
+    if proposal is not None:
+        proposal = render.pin_image(render.with_grid(proposal, H, W) if show_grid is True else proposal, *cell, H, W)
+    v, t = render.verdict(trace), render.tests(trace)
+    fig = plots.pin(plots.heatmap(trace, v, t), *cell) if v is not None or t is not None else None
+    return (gr.skip() if proposal is None else proposal), (gr.skip() if fig is None else fig)
+
+
 def inspect_typed(state, typed) -> tuple[str, str]:
     """The (card, cell) of the cell in the Cell box ("row, column"), in the stored run: called when a
     cell is typed and after every new run, so that the card follows the cell and never shows an

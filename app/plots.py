@@ -73,6 +73,17 @@ def heatmap(trace, v: Verdict | None, t: Tests | None = None) -> go.Figure:
     return fig
 
 
+PIN = "pinned cell"   # the name of the pinned cell's frames on a heatmap
+
+
+def pin(fig: go.Figure, i: int, j: int) -> go.Figure:
+    """The heatmap with cell (i, j) framed (white under black), as the proposal marks it."""
+    for colour, width in (("white", 5), ("black", 2)):
+        fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, name=PIN,
+                      line=dict(color=colour, width=width), fillcolor="rgba(0,0,0,0)", layer="above")
+    return fig
+
+
 def merged_islands(islands: np.ndarray) -> str:
     """What the heatmap's title adds when one island covers most of the grid: the islands grown around
     the rejected cells merged, so most of the grid was redrawn, not a few local spots."""

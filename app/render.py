@@ -36,6 +36,25 @@ def with_grid(img: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return out
 
 
+PIN_LINE = 2   # pixels of each of the pinned cell's two frames (white outside, black inside)
+
+
+def pin_image(img: np.ndarray, i: int, j: int, rows: int, cols: int) -> np.ndarray:
+    """img with the pinned cell (i, j) framed: a white frame just outside the cell and a black one just
+    inside it, so the mark reads on any colour."""
+    out = img.copy()
+    h, w = out.shape[:2]
+    y0, y1, x0, x1 = (i * h) // rows, ((i + 1) * h) // rows, (j * w) // cols, ((j + 1) * w) // cols
+    for pad, colour in ((PIN_LINE, 255), (0, 0)):
+        a, b = max(y0 - pad, 0), min(y1 + pad, h)
+        c, d = max(x0 - pad, 0), min(x1 + pad, w)
+        frame = np.zeros((h, w), bool)
+        frame[a:b, c:d] = True
+        frame[a + PIN_LINE:b - PIN_LINE, c + PIN_LINE:d - PIN_LINE] = False
+        out[frame] = colour
+    return out
+
+
 def _cell_mask(mask: np.ndarray, size: int) -> np.ndarray:
     """(rows, cols) bool -> (size, size) bool, nearest neighbour."""
     rows, cols = mask.shape

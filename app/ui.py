@@ -470,7 +470,9 @@ def build_demo() -> gr.Blocks:
         for changed in (gen, rep):   # the tree view shows for a run that verified draft trees only
             # the cell card follows its cell into the new run: never an earlier run's numbers
             changed.then(panels.inspect_typed, [state, cell_pick], [cell, cell_pick], api_visibility="private",
-                         show_progress="hidden", preprocess=False)
+                         show_progress="hidden", preprocess=False
+                         ).then(panels.pinned, [state, cell_pick, show_grid], [proposal, heatmap],
+                                api_visibility="private", show_progress="hidden", preprocess=False)
             changed.then(panels.tree_column, state, tree_view, api_visibility="private", show_progress="hidden")
             changed.then(ambiguity_view.column, state, ambiguity_column, api_visibility="private",
                          show_progress="hidden")
@@ -485,7 +487,12 @@ def build_demo() -> gr.Blocks:
         heatmap_click.change(codebook_view.at_heatmap_click, [state, heatmap_click, knobs["k"]],
                              [codebook_code, codebook], api_visibility="private", show_progress="hidden",
                              preprocess=False)
-        show_grid.change(panels.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden")
+        show_grid.change(panels.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden"
+                         ).then(panels.pinned, [state, cell_pick, show_grid], [proposal, heatmap],
+                                api_visibility="private", show_progress="hidden", preprocess=False)
+        # the pinned cell framed on the proposal and the heatmap: a click, a typed cell, a new run
+        cell_pick.change(panels.pinned, [state, cell_pick, show_grid], [proposal, heatmap], api_visibility="private",
+                         show_progress="hidden", preprocess=False, trigger_mode="always_last")
         scrubber.input(panels.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",
                        show_progress="hidden", trigger_mode="always_last", preprocess=False)
         tree_cycle.input(panels.tree_at, [state, tree_cycle], tree, api_name="tree_cycle", show_progress="hidden",

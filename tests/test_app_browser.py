@@ -43,6 +43,12 @@ def image_src(page, elem_id):
     return page.locator(f"#{elem_id} img").first.get_attribute("src")
 
 
+# the heatmap drawn with its pinned cell (i, j) framed, and the page's click handler on that drawing
+PINNED_AT_JS = """([i, j]) => { const p = document.querySelector('#heatmap .js-plotly-plot');
+  const s = ((p && p.layout && p.layout.shapes) || []).filter((s) => s.name === 'pinned cell');
+  return s.length === 2 && s[0].x0 === j - 0.5 && s[0].y0 === i - 0.5 && !!p.dataset.muloClick; }"""
+
+
 def test_a_preset_then_generate_shows_every_view_and_both_clicks_show_the_cell_card(page, tmp_path):
     from playwright.sync_api import expect
     page.locator("#preset input").click()
@@ -68,17 +74,20 @@ def test_a_preset_then_generate_shows_every_view_and_both_clicks_show_the_cell_c
     from_proposal = page.locator("#cell").inner_text()
     cell = re.search(r"Cell \((\d+), (\d+)\)", from_proposal).groups()
 
+    i, j = map(int, cell)
+    # a clicked cell is framed on the heatmap, which is drawn again for it: wait for that drawing (with
+    # its click handler) before the next click, or the click lands on the figure being replaced
+    page.wait_for_function(PINNED_AT_JS, arg=[i, j])
     drag = page.locator("#heatmap .nsewdrag").first
     drag.scroll_into_view_if_needed()
-    page.wait_for_function("() => document.querySelector('#heatmap .js-plotly-plot').dataset.muloClick")
 
     def click_heatmap(i, j):
         page.wait_for_timeout(600)   # two clicks closer than Plotly's 300 ms make a double click
         box = drag.bounding_box()
         page.mouse.click(box["x"] + (j + 0.5) * box["width"] / 32, box["y"] + (i + 0.5) * box["height"] / 32)
         expect(page.locator("#cell")).to_contain_text(f"Cell ({i}, {j})", timeout=20_000)
+        page.wait_for_function(PINNED_AT_JS, arg=[i, j])
 
-    i, j = map(int, cell)
     click_heatmap((i + 10) % 32, (j + 10) % 32)
     click_heatmap(i, j)
     assert page.locator("#cell").inner_text() == from_proposal   # the same card, whichever view was clicked

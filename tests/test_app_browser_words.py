@@ -155,7 +155,33 @@ def test_a_knob_the_chosen_method_does_not_read_is_disabled_with_a_word(browser,
                    for k in inputs.PARAM_KNOBS if not want[k])
 
 
-@pytest.mark.long("three Generates in the browser (mulo at two τ, then zipar), each waited for")
+# the pinned cell as the page draws it: the heatmap's frames (Plotly's layout) and the proposal's pixels
+# (the image read back through a canvas) just inside and just outside the cell's top edge
+PINNED_JS = """async ([i, j, H, W]) => {
+    const plot = document.querySelector('#heatmap .js-plotly-plot');
+    const shapes = ((plot && plot.layout && plot.layout.shapes) || []).filter((s) => s.name === 'pinned cell')
+        .map((s) => [s.x0, s.x1, s.y0, s.y1]);
+    const img = document.querySelector('#proposal img');
+    // the image is replaced when the marked proposal arrives: one still decoding is read on the next try
+    try { await img.decode(); } catch (e) { return {shapes, inside: null, outside: null}; }
+    const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
+    const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+    const ch = c.height / H, cw = c.width / W, x = Math.floor((j + 0.5) * cw), y = Math.floor(i * ch);
+    const px = (yy) => Array.from(g.getImageData(x, yy, 1, 1).data.slice(0, 3));
+    return {shapes, inside: px(y), outside: y > 0 ? px(y - 1) : [255, 255, 255]}; }"""
+
+
+def assert_pinned(page, i: int, j: int, H: int = 32, W: int = 32):
+    for _ in range(40):   # the marked views arrive after the card
+        got = page.evaluate(PINNED_JS, [i, j, H, W])
+        if got["shapes"] and got["inside"] == [0, 0, 0]:
+            break
+        page.wait_for_timeout(250)
+    assert got["shapes"] == [[j - 0.5, j + 0.5, i - 0.5, i + 0.5]] * 2, got
+    assert got["inside"] == [0, 0, 0] and got["outside"] == [255, 255, 255], got
+
+
+@pytest.mark.long("four Generates in the browser (mulo at two τ, zipar, mulo), each waited for")
 def test_the_cell_card_follows_its_cell_into_every_new_run_and_never_shows_an_earlier_one(browser, app_url):
     """Click a cell, change τ, Generate: the card is the new run's (its τ, its name), for the same cell;
     after a zipar run, zipar's card; a typed cell shows its card. The control is the old page, whose card
@@ -171,12 +197,15 @@ def test_the_cell_card_follows_its_cell_into_every_new_run_and_never_shows_an_ea
     first = page.locator("#cell").inner_text()
     assert f"Cell ({i}, {j})" in first and "τ 0.5" in first and "this run: mulo, seed 0" in first
 
+    assert_pinned(page, int(i), int(j))
+
     page.locator("#tau input[type=number]").fill("0.2")
     page.locator("#tau input[type=number]").press("Enter")
     generate_and_wait(page)
     expect(page.locator("#cell")).to_contain_text("this run: mulo:tau=0.2, seed 0", timeout=20_000)
     card = page.locator("#cell").inner_text()
     assert f"Cell ({i}, {j})" in card and "τ 0.2" in card and "τ 0.5" not in card
+    assert_pinned(page, int(i), int(j))      # the new run's heatmap and proposal mark the same cell
 
     page.locator("#method input").click()
     page.get_by_role("option", name="zipar", exact=True).click()
@@ -189,3 +218,9 @@ def test_the_cell_card_follows_its_cell_into_every_new_run_and_never_shows_an_ea
     box.fill("3, 7")
     box.press("Enter")
     expect(page.locator("#cell")).to_contain_text("Cell (3, 7)", timeout=20_000)
+    # zipar has no proposal and no heatmap of verdicts: the views stay unmarked, nothing breaks
+    page.locator("#method input").click()
+    page.get_by_role("option", name="mulo", exact=True).click()
+    generate_and_wait(page)
+    assert_pinned(page, 3, 7)
+

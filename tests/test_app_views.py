@@ -281,3 +281,34 @@ def test_a_replayed_run_gets_its_quality_with_its_baseline(generated):
     assert "ar baseline timed" in status
     want = likelihood.against_ar(engine.load_pair("embedded"), generated["trace"], new["baseline"])
     assert_said(dict(zip(panels.VIEWS, shown))["stats"], want)
+
+
+def test_the_pinned_cell_is_framed_on_the_proposal_and_the_heatmap_at_its_own_cell(generated):
+    """panels.pinned against the definition: the proposal differs from the unmarked one only on the two
+    frames round (i, j) (white just outside the cell, black just inside), and the heatmap gains two rects
+    centred on column j, row i. The controls: another cell frames other pixels; no cell, a cell off the
+    grid or text leaves both views as they are; ar (nothing verified) is left alone."""
+    trace = generated["trace"]
+    H, W = trace.grid["target"]
+    plain = render.grid_image(trace.proposal, engine.load_pair(trace.model).tokenizer, False)
+    size = plain.shape[0]
+    ch, cw = size // H, size // W
+    for i, j in ((3, 7), (0, W - 1)):
+        img, fig = panels.pinned(generated, f"{i}, {j}")
+        changed = np.argwhere((img != plain).any(-1))
+        y0, x0 = i * ch, j * cw
+        # every changed pixel lies in the band of 2 px either side of the cell's edge
+        ring = lambda y, x: (y0 - 2 <= y < y0 + ch + 2 and x0 - 2 <= x < x0 + cw + 2) and not (  # noqa: E731
+            y0 + 2 <= y < y0 + ch - 2 and x0 + 2 <= x < x0 + cw - 2)
+        assert len(changed) and all(ring(y, x) for y, x in changed)
+        assert (img[y0, x0 + cw // 2] == 0).all() and (img[y0 + ch - 1, x0 + 1] == 0).all()   # black inside
+        if i > 0:
+            assert (img[y0 - 1, x0 + cw // 2] == 255).all()                                   # white outside
+        shapes = [s for s in fig.layout.shapes if s.name == plots.PIN]
+        assert len(shapes) == 2 and {(s.x0, s.x1, s.y0, s.y1) for s in shapes} == {(j - 0.5, j + 0.5, i - 0.5, i + 0.5)}
+    other, _ = panels.pinned(generated, "4, 7")
+    assert (other != img).any()
+    for typed in ("", None, f"{H}, 0", "0, -1", "row three"):
+        assert panels.pinned(generated, typed) == (gr.skip(), gr.skip())
+    ar = dict(generated, trace=generated["baseline"])
+    assert panels.pinned(ar, "3, 7") == (gr.skip(), gr.skip())
