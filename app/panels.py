@@ -241,9 +241,9 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
     return head + "\n\n" + "\n\n".join(notes) + "\n\n" + "\n".join(rows)
 
 
-def views(state: dict | None, show_grid: bool = False) -> tuple:
-    """Every view of the stored run, in VIEWS order. No model runs here. A panel a method cannot
-    fill says why in words."""
+def views(state: dict | None, show_grid: bool = False, cell: tuple[int, int] | None = None) -> tuple:
+    """Every view of the stored run, in VIEWS order, with `cell` (i, j) framed on the proposal and the
+    heatmap when given. No model runs here. A panel a method cannot fill says why in words."""
     if not state:
         raise user_error("nothing to show yet: generate an image or upload a trace first")
     trace, baseline = state["trace"], state.get("baseline")
@@ -259,15 +259,15 @@ def views(state: dict | None, show_grid: bool = False) -> tuple:
         islands = render.failed_image(render.grid_image(trace.tokens, tok, False), t, show_grid)
     else:
         islands = render.message_image(NO_ISLANDS.format(m=m))
+    shown, fig = _framed(trace, proposal, v, t, show_grid, cell)
     n = len(trace.steps)
     return (render.grid_image(trace.draft, tok, show_grid) if trace.draft is not None
             else render.message_image(NO_DRAFT.get(m, f"{m} has no low-resolution draft.")),
-            render.message_image(NO_PROPOSAL) if proposal is None else
-            (render.with_grid(proposal, *trace.grid["target"]) if show_grid else proposal),
+            render.message_image(NO_PROPOSAL) if shown is None else shown,
             final,
             render.message_image("This run is ar itself: it is the baseline." if m == "ar" else NO_BASELINE)
             if baseline is None else render.grid_image(baseline.tokens, tok, show_grid),
-            plots.heatmap(trace, v, t),
+            fig,
             islands,
             render.islands_key(v, t),
             plots.timeline(trace, baseline),
@@ -310,9 +310,10 @@ def tree_at(state, n):
     return trees_view.tree_figure(trace, min(max(n, 1), max(total, 1)))
 
 
-def regrid(state: dict | None, show_grid: bool) -> tuple:
-    """The grid-lines toggle: every view redrawn, or nothing when there is no run yet."""
-    return views(state, show_grid) if state else tuple(gr.skip() for _ in VIEWS)
+def regrid(state: dict | None, show_grid: bool, typed=None) -> tuple:
+    """The grid-lines toggle: every view redrawn (the Cell box's cell framed), or nothing when there is no
+    run yet."""
+    return views(state, show_grid, _pinned_cell(state, typed)) if state else tuple(gr.skip() for _ in VIEWS)
 
 
 def scrub(state, n, show_grid=False):
@@ -366,17 +367,26 @@ def inspect_heatmap(state, clicked: str):
     return _card(trace, min(max(i, 0), H - 1), min(max(j, 0), W - 1))
 
 
-def _pinned_cell(state, typed) -> tuple[int, int] | None:
-    """The cell of the Cell box ("row, column") inside the stored run's grid, or None."""
+def typed_cell(typed, grid) -> tuple[int, int] | str | None:
+    """The Cell box's text ("row, column", or "(row; column)") read in a grid (H, W): the cell (i, j), the
+    reason it is not one (naming the box and its range), or None for an empty box."""
     text = "" if typed is None else str(typed).strip().strip("()")
-    if not state or not text:
+    if not text:
         return None
-    H, W = state["trace"].grid["target"]
+    H, W = grid
     try:
         i, j = (whole_number(v) for v in text.replace(";", ",").split(","))
     except (TypeError, ValueError, OverflowError):
-        return None
-    return (i, j) if 0 <= i < H and 0 <= j < W else None
+        return f"cell must be a row and a column, e.g. 3, 7; got {short(typed)}"
+    if not (0 <= i < H and 0 <= j < W):
+        return f"cell must have a row in [0, {H - 1}] and a column in [0, {W - 1}]; got {short(typed)}"
+    return i, j
+
+
+def _pinned_cell(state, typed) -> tuple[int, int] | None:
+    """The cell of the Cell box inside the stored run's grid, or None (no run, an empty box, not a cell)."""
+    cell = typed_cell(typed, state["trace"].grid["target"]) if state else None
+    return cell if isinstance(cell, tuple) else None
 
 
 def pinned(state, typed, show_grid=False) -> tuple:
@@ -387,30 +397,35 @@ def pinned(state, typed, show_grid=False) -> tuple:
     if cell is None:
         return gr.skip(), gr.skip()
     trace = state["trace"]
-    H, W = trace.grid["target"]
-    tok = engine.load_pair(trace.model).tokenizer
-    proposal = render.grid_image(trace.proposal, tok, False)
-    if proposal is not None:
-        proposal = render.pin_image(render.with_grid(proposal, H, W) if show_grid is True else proposal, *cell, H, W)
     v, t = render.verdict(trace), render.tests(trace)
-    fig = plots.pin(plots.heatmap(trace, v, t), *cell) if v is not None or t is not None else None
+    proposal = render.grid_image(trace.proposal, engine.load_pair(trace.model).tokenizer, False)
+    proposal, fig = _framed(trace, proposal, v, t, show_grid is True, cell)
+    fig = fig if v is not None or t is not None else None
     return (gr.skip() if proposal is None else proposal), (gr.skip() if fig is None else fig)
+
+
+def _framed(trace, proposal, v, t, show_grid: bool, cell):
+    """(the proposal image as shown: grid lines when asked, the cell framed; the heatmap, the cell framed)
+    of a run whose proposal image (None: it has none), verdict v and tests t are given; cell None: unframed."""
+    H, W = trace.grid["target"]
+    if proposal is not None and show_grid:
+        proposal = render.with_grid(proposal, H, W)
+    if proposal is not None and cell is not None:
+        proposal = render.pin_image(proposal, *cell, H, W)
+    fig = plots.heatmap(trace, v, t)
+    return proposal, (fig if cell is None or (v is None and t is None) else plots.pin(fig, *cell))
 
 
 def inspect_typed(state, typed) -> tuple[str, str]:
     """The (card, cell) of the cell in the Cell box ("row, column"), in the stored run: called when a
     cell is typed and after every new run, so that the card follows the cell and never shows an
     earlier run's numbers. An empty box: the card says how to pick one."""
-    text = "" if typed is None else str(typed).strip().strip("()")
-    if not text:
+    if typed is None or not str(typed).strip().strip("()"):
         return NO_CELL, ""
     if not state:
         return "Generate an image first; the card then shows this cell.", gr.skip()
-    H, W = state["trace"].grid["target"]
-    try:
-        i, j = (whole_number(v) for v in text.replace(";", ",").split(","))
-    except (TypeError, ValueError, OverflowError):
-        raise user_error(f"cell must be a row and a column, e.g. 3, 7; got {short(typed)}") from None
-    if not (0 <= i < H and 0 <= j < W):
-        raise user_error(f"cell must have a row in [0, {H - 1}] and a column in [0, {W - 1}]; got {short(typed)}")
+    cell = typed_cell(typed, state["trace"].grid["target"])
+    if isinstance(cell, str):
+        raise user_error(cell)
+    i, j = cell
     return _card(state["trace"], i, j)

@@ -487,10 +487,10 @@ def build_demo() -> gr.Blocks:
         heatmap_click.change(codebook_view.at_heatmap_click, [state, heatmap_click, knobs["k"]],
                              [codebook_code, codebook], api_visibility="private", show_progress="hidden",
                              preprocess=False)
-        show_grid.change(panels.regrid, [state, show_grid], views, api_visibility="private", show_progress="hidden"
-                         ).then(panels.pinned, [state, cell_pick, show_grid], [proposal, heatmap],
-                                api_visibility="private", show_progress="hidden", preprocess=False)
-        # the pinned cell framed on the proposal and the heatmap: a click, a typed cell, a new run
+        # the grid toggle redraws every view, the Cell box's cell framed in the same drawing
+        show_grid.change(panels.regrid, [state, show_grid, cell_pick], views, api_visibility="private",
+                         show_progress="hidden")
+        # the pinned cell framed on the proposal and the heatmap: a click, a typed cell (a new run: above)
         cell_pick.change(panels.pinned, [state, cell_pick, show_grid], [proposal, heatmap], api_visibility="private",
                          show_progress="hidden", preprocess=False, trigger_mode="always_last")
         scrubber.input(panels.scrub, [state, scrubber, show_grid], [canvas, step], api_name="scrub",

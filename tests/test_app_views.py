@@ -312,3 +312,30 @@ def test_the_pinned_cell_is_framed_on_the_proposal_and_the_heatmap_at_its_own_ce
         assert panels.pinned(generated, typed) == (gr.skip(), gr.skip())
     ar = dict(generated, trace=generated["baseline"])
     assert panels.pinned(ar, "3, 7") == (gr.skip(), gr.skip())
+
+
+def test_the_grid_toggle_frames_the_pinned_cell_in_the_same_drawing(generated):
+    """regrid draws every view once, the Cell box's cell framed: its proposal and heatmap are pinned's with
+    the grid lines, and every other view is views' own. The controls: no cell or a cell off the grid
+    gives the unframed views; another cell another proposal."""
+    names = list(panels.VIEWS)
+    plain = dict(zip(names, panels.views(generated, True)))
+    framed = dict(zip(names, panels.regrid(generated, True, "3, 7")))
+    img, fig = panels.pinned(generated, "3, 7", True)
+    assert np.array_equal(framed["proposal"], img) and not np.array_equal(plain["proposal"], img)
+    assert framed["heatmap"].to_json() == fig.to_json()
+    assert [s for s in plain["heatmap"].layout.shapes if s.name == plots.PIN] == []
+    assert np.array_equal(framed["final"], plain["final"]) and framed["stats"] == plain["stats"]
+    for typed in ("", f"{generated['trace'].grid['target'][0]}, 0"):
+        again = dict(zip(names, panels.regrid(generated, True, typed)))
+        assert np.array_equal(again["proposal"], plain["proposal"])
+    assert not np.array_equal(dict(zip(names, panels.regrid(generated, True, "4, 7")))["proposal"], img)
+
+
+@pytest.mark.parametrize("typed, said", [("3, 7", (3, 7)), ("(3; 7)", (3, 7)), ("", None), (None, None),
+                                         ("row three", "cell must be a row and a column, e.g. 3, 7; got 'row three'"),
+                                         ("32, 0", "cell must have a row in [0, 31] and a column in [0, 31]; got '32, 0'")])
+def test_the_cell_box_is_read_one_way_for_the_card_and_the_frame(typed, said):
+    """typed_cell is the one reading of the Cell box: the card (inspect_typed) refuses with its reason, the
+    frame (pinned) draws nothing for it."""
+    assert panels.typed_cell(typed, (32, 32)) == said
