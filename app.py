@@ -23,6 +23,21 @@ def return_freed_memory(threshold: int = 4 * 2 ** 20) -> bool:
         return False
 
 
+def warm_shipped() -> None:
+    """The shipped runs of the presets and the Lesson measured before the first click (app.shipped), on a
+    thread of its own while the server starts; one log line when done."""
+    import logging
+    import time
+
+    from app import generation, lesson
+    t0 = time.perf_counter()
+    runs, steps = generation.warm_shipped(), lesson.warm_shipped()
+    logging.getLogger("mulo").warning("shipped runs warmed: %d Generate runs and %d Lesson steps in %.1f s",
+                                      runs, steps, time.perf_counter() - t0)
+
+
 if __name__ == "__main__":
+    import threading
     return_freed_memory()
+    threading.Thread(target=warm_shipped, name="warm-shipped", daemon=True).start()
     build_demo().queue(**QUEUE).launch(**LAUNCH)

@@ -34,7 +34,7 @@ def _click(knobs: list) -> tuple[float, float, dict]:
     """(seconds to the first streamed canvas, seconds to the complete result, state)."""
     t0 = time.perf_counter()
     first = None
-    for out in generation.generate(None, False, *knobs):
+    for out in generation.generate_live(None, False, *knobs):   # a live run: Generate answers shipped settings at once
         live = out[3]   # (state, status, trace file, live canvas, ...): the live panel's update
         if first is None and isinstance(live, dict) and live.get("value") is not None:   # gr.update(value=canvas)
             first = time.perf_counter() - t0

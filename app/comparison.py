@@ -9,6 +9,7 @@ app.control's, the headline ratios app.panels'.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from functools import lru_cache
 
@@ -24,8 +25,9 @@ from core.trace import MAX_BYTES
 
 from . import plots, render
 from . import quality as per_image
-from .control import GPU, Stopped, ar_baseline, run_stoppable, running, session_of
+from .control import GPU, Stopped, ar_baseline, run_stoppable, running, session_of, turn
 from .inputs import checked, run_config
+from .line import DURATIONS
 from .messages import short, user_error
 from .panels import percent, speedup
 from .remembered import Remembered, images_bytes
@@ -63,16 +65,20 @@ def _side_by_side(session, run, pair, jobs: list[tuple[str, object]], what: str,
     key = (what, proposals, run)
     hit = REMEMBERED.recall(key)
     if hit is not None:
-        ago, (gallery, table, figure, status) = hit
-        yield (list(gallery), [list(r) for r in table], figure,
-               f"{status} Remembered: this comparison of these knobs finished {ago:.0f} s ago; its images, table "
-               "and wall-clock columns are that comparison's.")
+        yield _recalled(hit)
         return
     gallery, rows, table = [], [], []
     jobs = [("ar", replace(run, method="ar"), "ar")] + jobs
     measure = "prompt adherence"
-    with running(session, "Compare"):
+    with running(session, "Compare"), turn() as hold:
         try:
+            got = yield from hold.wait(session, "Compare", DURATIONS.get(key) or DURATIONS.get((what, proposals)),
+                                       lambda words: (gallery, table, plots.compare_bars(rows, measure), words),
+                                       lambda: REMEMBERED.recall(key))
+            if hold.ticket is None:   # the same comparison finished while this one waited
+                yield _recalled(got)
+                return
+            t0 = time.perf_counter()
             base = base_img = None
             for n, (label, cfg_m, caption) in enumerate(jobs):
                 yield gallery, table, plots.compare_bars(rows, measure), f"Running {label} ({n + 1} of {len(jobs)})…"
@@ -107,12 +113,22 @@ def _side_by_side(session, run, pair, jobs: list[tuple[str, object]], what: str,
             yield (gallery, table, plots.compare_bars(rows, measure),
                    f"Stopped after {len(rows)} of {len(jobs)} runs; the table shows those finished.")
             return
-    out = (gallery, table, plots.compare_bars(rows, measure),
-           f"Compared {what} on seed {run.seed}, each timed in this comparison, one after another. Quality: "
-           f"{measure}; {per_image.SHARPNESS} and {per_image.GAP} of each image against ar's image of this seed. "
-           f"{per_image.SETS}")
-    REMEMBERED.keep(key, (list(gallery), [list(r) for r in table], out[2], out[3]))
+        DURATIONS.note(key, time.perf_counter() - t0)
+        DURATIONS.note((what, proposals), time.perf_counter() - t0)
+        out = (gallery, table, plots.compare_bars(rows, measure),
+               f"Compared {what} on seed {run.seed}, each timed in this comparison, one after another. Quality: "
+               f"{measure}; {per_image.SHARPNESS} and {per_image.GAP} of each image against ar's image of this seed. "
+               f"{per_image.SETS}")
+        REMEMBERED.keep(key, (list(gallery), [list(r) for r in table], out[2], out[3]))   # before the line moves on
     yield out
+
+
+def _recalled(hit) -> tuple:
+    """A comparison's outputs from its remembered run (REMEMBERED.recall's (seconds ago, outputs))."""
+    ago, (gallery, table, figure, status) = hit
+    return (list(gallery), [list(r) for r in table], figure,
+            f"{status} Remembered: this comparison of these knobs finished {ago:.0f} s ago; its images, table "
+            "and wall-clock columns are that comparison's.")
 
 
 @GPU
@@ -167,8 +183,11 @@ def sweep(request: gr.Request | None, taus, windows, *knobs):
         checked(c)
     pair = engine.load_pair(run.model)
     points = []
-    with running(session, "Sweep"):
+    with running(session, "Sweep"), turn() as hold:
         try:
+            yield from hold.wait(session, "Sweep", DURATIONS.get(("Sweep", len(jobs))),
+                                 lambda words: (plots.message("waiting for the model…"), words))
+            t0 = time.perf_counter()
             yield plots.message("running the ar baseline…"), "Running the ar baseline…"
             base = ar_baseline(run, pair, session)
             base_img = engine.decode_image(base.tokens, pair.tokenizer)
@@ -190,6 +209,7 @@ def sweep(request: gr.Request | None, taus, windows, *knobs):
             yield (plots.sweep_figure(points, "prompt adherence (classifier)"),
                    f"Stopped after {len(points) - 1} of {len(jobs)} settings; the figure shows those finished.")
             return
+        DURATIONS.note(("Sweep", len(jobs)), time.perf_counter() - t0)
     yield plots.sweep_figure(points, measure), f"Swept {len(jobs)} settings against ar on seed {run.seed}."
 
 

@@ -21,11 +21,15 @@ from core.config import MethodParams, RunConfig
 from core.trace import Trace
 
 from . import uploads
+from .line import LINE, SAY_AGAIN_S, TICK_S, Full, Ticket
+from .messages import user_error
 
 try:
     import spaces
-    GPU = spaces.GPU
+    GPU, ZERO_GPU = spaces.GPU, True
 except ImportError:
+    ZERO_GPU = False
+
     def GPU(f):
         return f
 
@@ -54,6 +58,64 @@ def running(session: str | None, what: str):
         yield
     finally:
         _running.pop(session, None)
+
+
+def waited(session: str | None, what: str, seconds: float | None, ready=lambda: None, say=lambda words: words):
+    """Join the model's line (app.line) and wait for the turn, yielding say(words) with the place and the
+    estimate every TICK_S. Returns the Ticket once it is first (the caller leaves it when its run is done),
+    or, the ticket left, ready()'s value as soon as that is not None (the request answered without the
+    model). gr.Error when the line is full; Stopped, the ticket left, when the session presses Stop (the
+    caller marks the session `running` first, so that Stop sees it)."""
+    try:
+        ticket = LINE.join(session, what, seconds)
+    except Full as e:
+        raise user_error(str(e)) from None
+    said, said_at = None, 0.0
+    try:
+        while True:
+            turn_came = LINE.wait(ticket, TICK_S)
+            got = ready()   # asked once more when the turn comes: the run ahead may have been this one's twin
+            if got is not None:
+                LINE.leave(ticket)
+                return got
+            if turn_came:
+                return ticket
+            check_stop(session)
+            words = LINE.words(ticket)
+            # a new place is said at once, the same place again every SAY_AGAIN_S: thirty waiting tabs told
+            # twice a second would spend the machine's time on updates instead of the run they wait for
+            if words is not None and (words.split(",")[0] != (said or "").split(",")[0]
+                                      or time.monotonic() - said_at >= SAY_AGAIN_S):
+                said, said_at = words, time.monotonic()
+                yield say(words)
+    except BaseException:   # Stopped, an error, or the page gone (the generator closed)
+        LINE.leave(ticket)
+        raise
+
+
+class _Hold:
+    """The line ticket a handler holds (turn())."""
+    ticket: Ticket | None = None
+
+    def wait(self, session: str | None, what: str, seconds: float | None, say=lambda words: words,
+             ready=lambda: None):
+        """waited(...), the ticket kept here for turn() to leave; returns it, or ready()'s value."""
+        got = yield from waited(session, what, seconds, ready, say)
+        if isinstance(got, Ticket):
+            self.ticket = got
+        return got
+
+
+@contextmanager
+def turn():
+    """`with turn() as hold: yield from hold.wait(session, what, seconds, say)`: the handler's place in the
+    model's line, left on the way out whatever happens (done, stopped, failed, the page gone)."""
+    hold = _Hold()
+    try:
+        yield hold
+    finally:
+        if hold.ticket is not None:
+            LINE.leave(hold.ticket)
 
 
 def stop_requested(session: str | None) -> bool:

@@ -11,6 +11,7 @@ teacher-forced forward (core.ambiguity).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -20,9 +21,10 @@ from core import ambiguity, engine
 from core.config import RunConfig
 
 from . import quality as per_image
-from . import render
-from .control import GPU, Stopped, ar_baseline, run_stoppable, running, session_of
+from . import render, shipped
+from .control import GPU, Stopped, ar_baseline, run_stoppable, running, session_of, turn
 from .inputs import checked
+from .line import DURATIONS
 from .messages import short, user_error
 from .remembered import Remembered, images_bytes
 
@@ -217,6 +219,27 @@ def _table_row(label: str, r: dict) -> list:
             r["resampled"], round(r["sharpness"], 2), round(r["gap"], 3), round(r["wall"])]
 
 
+def step_runs(step: Step, base: RunConfig) -> list[tuple[str, RunConfig | None]]:
+    """(label, RunConfig) of each run of the step on base's prompt, seed and pair; None for ar at its
+    defaults, which is the step's reference run itself."""
+    out = []
+    for label, over in step.runs:
+        over = dict(over)
+        cfg = replace(base, method=over.pop("method", label.split(",")[0]))
+        out.append((label, None if cfg.method == "ar" and not over else cfg.with_params(**over) if over else cfg))
+    return out
+
+
+def _add(step: Step, pair, label: str, trace, ar, rows: dict, gallery: list, table: list) -> None:
+    """One run's row, images and table line (the ar run itself: judged against nothing)."""
+    row, pics = _row(pair, label, trace, None if trace is ar else ar, step.images)
+    if step.entropy and not rows:
+        row["entropy"], row["flat"] = entropy_of(pair, trace)
+    rows[label] = row
+    gallery += pics
+    table.append(_table_row(label, row))
+
+
 def _empty(status: str):
     return [], [], "", "", "", status
 
@@ -241,37 +264,69 @@ def run_step(request: gr.Request | None, n, prompt, seed, model="embedded"):
     key = (n, base.prompt, base.seed, base.model)
     hit = REMEMBERED.recall(key)
     if hit is not None:
-        ago, (gallery, table, look, question, answer, _) = hit
-        yield (list(gallery), [list(r) for r in table], look, question, answer,
-               f"Done: {step.title} on seed {base.seed}, from the remembered run of this step on this prompt, seed "
-               f"and model pair ({ago:.0f} s ago; the images, the table and its wall ms are that run's).")
+        yield _recalled(step, base, hit)
+        return
+    rows, gallery, table = {}, [], []
+    ar = shipped.trace_for(replace(base, method="ar"))
+    ran = [(label, None if cfg is None else shipped.trace_for(cfg)) for label, cfg in step_runs(step, base)]
+    if ar is not None and all(cfg is None or trace is not None for (_, cfg), (_, trace) in zip(step_runs(step, base), ran)):
+        for label, trace in ran:   # the shipped runs of the default prompt and seed: no model run
+            _add(step, pair, label, ar if trace is None else trace, ar, rows, gallery, table)
+        out = (list(gallery), [list(r) for r in table], step.look(rows), f"**Question.** {step.question}",
+               step.answer(rows), f"Done: {step.title} on seed {base.seed}, from the runs shipped with the app for "
+               "the default prompt and seed (shown at once; the table's wall ms were measured when they were "
+               "written). Change the prompt or the seed to run the step live.")
+        REMEMBERED.keep(key, out)
+        yield out
         return
     session = session_of(request)
-    rows, gallery, table = {}, [], []
-    with running(session, "Lesson"):
+    with running(session, "Lesson"), turn() as hold:
         try:
+            got = yield from hold.wait(session, "Lesson", DURATIONS.get(("Lesson", key)) or DURATIONS.get(("Lesson", n)),
+                                       _empty, lambda: REMEMBERED.recall(key))
+            if hold.ticket is None:   # the same step finished while this press waited
+                yield _recalled(step, base, got)
+                return
+            t0 = time.perf_counter()
             yield _empty(f"Running {step.title}: ar first, the reference…")
             ar = ar_baseline(replace(base, method="ar"), pair, session)
-            for label, over in step.runs:
-                over = dict(over)
-                cfg = replace(base, method=over.pop("method", label.split(",")[0]))
-                cfg = cfg.with_params(**over) if over else cfg
+            for label, cfg in step_runs(step, base):
                 # copies: Gradio sends a generator's outputs as differences from the last ones it kept
                 yield list(gallery), [list(r) for r in table], "", "", "", f"Running {step.title}: {label}…"
-                trace = ar if cfg.method == "ar" and not over else run_stoppable(cfg, pair, session)
-                row, pics = _row(pair, label, trace, None if trace is ar else ar, step.images)
-                if step.entropy and not rows:
-                    row["entropy"], row["flat"] = entropy_of(pair, trace)
-                rows[label] = row
-                gallery += pics
-                table.append(_table_row(label, row))
+                _add(step, pair, label, ar if cfg is None else run_stoppable(cfg, pair, session), ar, rows, gallery,
+                     table)
         except Stopped:
             yield list(gallery), [list(r) for r in table], "", "", "", f"Stopped during {step.title}."
             return
-    out = (list(gallery), [list(r) for r in table], step.look(rows), f"**Question.** {step.question}",
-           step.answer(rows), f"Done: {step.title} on seed {base.seed} (the images and the table are this run's).")
-    REMEMBERED.keep(key, out)
+        DURATIONS.note(("Lesson", key), time.perf_counter() - t0)
+        DURATIONS.note(("Lesson", n), time.perf_counter() - t0)
+        out = (list(gallery), [list(r) for r in table], step.look(rows), f"**Question.** {step.question}",
+               step.answer(rows), f"Done: {step.title} on seed {base.seed} (the images and the table are this run's).")
+        REMEMBERED.keep(key, out)   # before the line moves on: a press of the same step waiting takes it
     yield out
+
+
+def _recalled(step: Step, base: RunConfig, hit) -> tuple:
+    """A step's outputs from its remembered run (REMEMBERED.recall's (seconds ago, outputs))."""
+    ago, (gallery, table, look, question, answer, _) = hit
+    return (list(gallery), [list(r) for r in table], look, question, answer,
+            f"Done: {step.title} on seed {base.seed}, from the remembered run of this step on this prompt, seed "
+            f"and model pair ({ago:.0f} s ago; the images, the table and its wall ms are that run's).")
+
+
+def warm_shipped() -> int:
+    """Every step on the default prompt and seed built from the shipped runs into REMEMBERED before anyone
+    presses it (no generation: the yardsticks over the shipped tokens); how many steps."""
+    from .inputs import DEFAULTS
+    base = RunConfig(prompt=DEFAULTS["prompt"], seed=DEFAULTS["seed"], model=DEFAULTS["model"])
+    warmed = 0
+    for n, step in enumerate(STEPS, start=1):
+        if shipped.has(replace(base, method="ar")) and all(cfg is None or shipped.has(cfg)
+                                                           for _, cfg in step_runs(step, base)):
+            for _ in run_step(None, n, base.prompt, base.seed, base.model):   # never a live run: all shipped
+                pass
+            warmed += 1
+    return warmed
 
 
 def build(gallery_class) -> dict:

@@ -184,7 +184,8 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
     quality against ar's (`quality`, per_image.against_ar's dict, measured when the run and its
     baseline completed; None: nothing said), what the speed was bought with (nothing kept: all
     resampled), when each wall figure was measured, and the totals side by side.
-    `timed` = {"run": epoch s, "baseline": epoch s, "baseline_remembered": bool}."""
+    `timed` = {"run": epoch s, "baseline": epoch s, "baseline_remembered": bool, and "cached": seconds since the
+    run finished when the page took it from the cache}."""
     passes, wall, target = speedup(trace, baseline)
     t = trace.totals
     if trace.method == "ar":
@@ -210,7 +211,17 @@ def stats_markdown(trace: Trace, baseline: Trace | None, timed: dict | None = No
     if trace.method != "ar" and kept == 0:
         notes.insert(0, "**Nothing of the draft was kept: every cell was resampled by the target**, so this "
                         "speed comes from how the target resampled (islands in parallel), not from speculation.")
-    if wall is not None and timed and timed.get("run") is None:
+    if timed and timed.get("cached") is not None:
+        notes.insert(0, f"**From the cache**: this pair, knobs, prompt and seed ran {timed['cached']:.0f} s before "
+                        "this request, which took that run as it is (the same seed gives the same tokens and passes); "
+                        "its wall clock, below, is that run's, not a new measurement.")
+    if timed and timed.get("shipped"):
+        notes.insert(0, "**A shipped run**: these knobs on the default prompt, seed and pair ship with the app "
+                        "(assets/shipped_runs.jsonl.gz, written by `python scripts/ship_runs.py`; the tests check "
+                        "that a fresh run makes the same tokens and passes), so it is shown without running the "
+                        "model. Its wall clock, and its ar baseline's, were measured when the file was written, on "
+                        "that machine: *Run it live* runs and times it here.")
+    elif wall is not None and timed and timed.get("run") is None:
         notes.append(f"Wall clock: {trace.method} as recorded in the replayed trace (another time, perhaps another "
                      f"machine), ar timed here at {_clock(timed.get('baseline'))}: a rough ratio.")
     elif wall is not None and timed:

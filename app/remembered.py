@@ -40,3 +40,7 @@ class Remembered:
     def keys(self) -> list:
         with self._lock:
             return list(self._kept)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()

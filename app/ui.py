@@ -17,17 +17,21 @@ from core.config import (ACCEPT_RULES, COMMIT_RULES, CONTEXT_MODES, COOL_NORMS, 
 from core.methods import registry
 from core.trace import MAX_BYTES
 
-from . import comparison, control, files, generation, inputs, lesson, links, panels, replays, theme, uploads
+from . import comparison, control, files, generation, inputs, lesson, line, links, panels, replays, theme, uploads
 from . import ambiguity_view, codebook_view
 from .level_rows import CASCADE_ROWS
 
 # what keeps one host safe for many users (docs/hosting.md): a bounded queue, uploads no
 # larger than a trace may be and bounded in total (app.uploads), a bounded number of sessions kept,
 # a bounded number of replays read at once, and the cache swept on a schedule
-QUEUE = dict(default_concurrency_limit=4, max_size=32)
+QUEUE = dict(default_concurrency_limit=4, max_size=64)
 STATE_TTL_S = 3600          # a session's run is dropped this long after it was made
 REPLAYS_AT_ONCE = 2         # uploaded traces read at once in this process (each may take ~100 MB while read)
-LAUNCH = dict(max_file_size=MAX_BYTES, state_session_capacity=256,
+# the model events start at once and wait in the model's line (app.line), which runs one at a time and
+# tells each its place; under ZeroGPU a started event would hold a GPU while it waits, so there Gradio's
+# queue keeps them (one at a time, its own words)
+MODEL_AT_ONCE = 1 if control.ZERO_GPU else line.MOST
+LAUNCH = dict(max_file_size=MAX_BYTES, state_session_capacity=256, max_threads=40 + MODEL_AT_ONCE,
               app_kwargs=dict(lifespan=files.sweeping, middleware=[Middleware(uploads.Gate)]),
               theme=theme.THEME, css=theme.CSS)
 
@@ -302,8 +306,10 @@ def build_demo() -> gr.Blocks:
                 prompt = gr.Textbox(inputs.DEFAULTS["prompt"], lines=2, elem_id="prompt",
                                     label=inputs.PROMPT_LABEL)
                 with gr.Row():
-                    run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
+                    # one row at 340 px (Gradio's buttons keep 160 px each by default): the knobs stay on screen
+                    run_btn = gr.Button("Generate", variant="primary", elem_id="generate", min_width=90, scale=3)
+                    live_btn = gr.Button("Run it live", elem_id="generate-live", min_width=90, scale=3)
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60, scale=2)
                 knobs = _mission_knobs()
                 # a preset's words under its four knobs, so that a long text never pushes them off the screen
                 preset_info = gr.Markdown(elem_classes=["explain"], elem_id="preset-info")
@@ -441,13 +447,24 @@ def build_demo() -> gr.Blocks:
                             codebook_code=codebook_code, codebook=codebook)
         views = [view_outputs[v] for v in panels.VIEWS]
         run_outputs = [state, status, trace_file, live, results, *level_columns, *views]
-        model_events = dict(concurrency_id="model", concurrency_limit=1)
+        model_events = dict(concurrency_id="model", concurrency_limit=MODEL_AT_ONCE)
 
         # the model-running events and the scrubber take their inputs as sent (preprocess=False): a value
         # beyond a slider's end reaches the engine's check, which names the knob and its range, instead of
         # being clamped, and a value of the wrong type is named by the handlers instead of refused namelessly
         gen = run_btn.click(generation.generate, [show_grid] + knob_list, run_outputs, api_name="generate",
                             show_progress="minimal", show_progress_on=[status], preprocess=False, **model_events)
+        # Run it live: the same, whatever is remembered or shipped for these settings
+        live_gen = live_btn.click(generation.generate_live, [show_grid] + knob_list, run_outputs,
+                                  api_name="generate_live", show_progress="minimal", show_progress_on=[status],
+                                  preprocess=False, **model_events)
+        # a preset picked shows its shipped run at once (its own concurrency group: never behind the model's
+        # line); with a prompt, seed or pair of the user's own it only sets the knobs (press Generate)
+        picked = preset.input(links.preset, preset, knob_list + [preset_info], api_name="preset",
+                              show_progress="hidden", preprocess=False
+                              ).then(generation.shipped_answer, [show_grid] + knob_list, run_outputs,
+                                     api_name="preset_run", show_progress="hidden", preprocess=False,
+                                     concurrency_id="shipped", concurrency_limit=8)
         lesson.wire(lesson_tab, knobs, model_events)
         cmp = cmp_btn.click(comparison.compare, knob_list, [cmp_gallery, cmp_table, cmp_plot, cmp_status],
                             api_name="compare", show_progress_on=[cmp_status], preprocess=False, **model_events)
@@ -467,7 +484,7 @@ def build_demo() -> gr.Blocks:
                  ).then(None, None, None, js=FRESH_JS)
         # a knob moved by hand (or by a preset) after a run marks the results as made with other knobs
         gr.on([k.input for k in knob_list] + [preset.input], None, None, None, js=OUTDATED_JS)
-        for changed in (gen, rep):   # the tree view shows for a run that verified draft trees only
+        for changed in (gen, live_gen, picked, rep):   # the tree view shows for a run that verified draft trees only
             # the cell card follows its cell into the new run: never an earlier run's numbers
             changed.then(panels.inspect_typed, [state, cell_pick], [cell, cell_pick], api_visibility="private",
                          show_progress="hidden", preprocess=False
@@ -505,8 +522,6 @@ def build_demo() -> gr.Blocks:
                              api_visibility="private", show_progress="hidden")
         # the menus' values reach their handlers as sent (preprocess=False): one off a menu is named there,
         # short and escaped, instead of echoed whole by the menu's own check
-        preset.input(links.preset, preset, knob_list + [preset_info], api_name="preset", show_progress="hidden",
-                     preprocess=False)
         knobs["method"].change(panels.explain_method, knobs["method"], [explain_images, explain_heatmap,
                                                                         explain_islands],
                                api_visibility="private", show_progress="hidden", preprocess=False)

@@ -1,7 +1,8 @@
 """Reliability figures of a hosted explorer, measured on loopback (docs/hosting.md).
 
     python scripts/reliability.py [--bursts 4,8,16,40] [--runs 50] [--age 20] [--soak 100] [--hold 60]
-                                  [--only bursts,disk,crafted,soak,replays,same_file,flood]
+                                  [--only bursts,disk,crafted,soak,replays,same_file,flood,class]
+                                  [--class-size 30] [--identical 100]
 
 1. Bursts: `python app.py` in a subprocess (its own GRADIO_TEMP_DIR); for each burst size n, n
    clients at once each call /generate with identical knobs and seed and download every image;
@@ -21,6 +22,10 @@
 6. Same file: six sessions upload one trace (one stored path) and replay it at once; how many replay it.
 7. Flood: uploads of 4 MiB from one client, as fast as they go, for 5 s: MB/s stored, how many refused
    and the first refusal's words.
+8. Class (a fresh server, --class-size clients): a class starting within 10 s, each opening the page and
+   picking a preset or a Lesson step on the default prompt and seed (p50 / p95 / max, refused); as many
+   live Generates of distinct seeds at once (served, told their place in the model's line, refused, peak
+   RSS); --identical Generates of one seed at once (how many the server computed).
 """
 from __future__ import annotations
 
@@ -86,6 +91,19 @@ class Server:
 
     def protocol_errors(self) -> int:
         return self.log.read_text(errors="replace").count("LocalProtocolError")
+
+    def warmed(self, most_s: float = 300) -> str | None:
+        """Wait for the server's "shipped runs warmed" log line (app.py warms them on start); its words, or
+        None when a server of older code never says it (then 30 s pass first)."""
+        deadline = time.time() + most_s
+        while time.time() < deadline:
+            line = next((x for x in self.log.read_text(errors="replace").splitlines() if "shipped runs warmed" in x), None)
+            if line is not None:
+                return line.split("shipped runs warmed: ")[-1]
+            if "shipped runs" not in Path(ROOT / "app.py").read_text() and time.time() > deadline - most_s + 30:
+                return None
+            time.sleep(1)
+        return None
 
     def close(self) -> None:
         self.proc.terminate()
@@ -278,7 +296,104 @@ def flood(url: str, seconds: float = 5.0, size: int = 4 * 2 ** 20) -> dict:
                 stored_mb_per_s=round(stored * size / 2 ** 20 / took), first_refusal=first)
 
 
-SECTIONS = ("bursts", "disk", "crafted", "soak", "replays", "same_file", "flood")
+def quantile_s(seconds: list[float], q: float) -> float | None:
+    """The q-quantile of the times (the nearest-rank one), rounded to 0.01 s; None for none."""
+    if not seconds:
+        return None
+    ranked = sorted(seconds)
+    return round(ranked[min(len(ranked) - 1, max(0, int(round(q * len(ranked) + 0.5)) - 1))], 2)
+
+
+def _told(job) -> tuple[str, bool]:
+    """(the last status line, whether any update told the client its place in the model's line)."""
+    outs = job.outputs()
+    # a client gets the outputs but the gr.State: the status comes first
+    statuses = [o[0] for o in outs if isinstance(o, (list, tuple)) and o and isinstance(o[0], str)]
+    return (statuses[-1] if statuses else ""), any("in line" in t for t in statuses)
+
+
+def class_taught(url: str, clients: int, within_s: float) -> dict:
+    """A class: `clients` start within `within_s` s (evenly spread); each opens the page and picks a
+    teaching preset (then its shipped run, as the page does) or a Lesson step, in turn, on the default
+    prompt and seed, and reads the result. Seconds from opening the page to the result."""
+    import httpx
+    from gradio_client import Client
+
+    from app import inputs, lesson, links
+    names = list(links.PRESETS)
+    picks = [("preset", names[n % len(names)]) if n % 2 == 0 else ("lesson", n // 2 % len(lesson.STEPS) + 1)
+             for n in range(clients)]
+
+    def one(n: int):
+        time.sleep(n * within_s / max(clients - 1, 1))
+        t0 = time.perf_counter()
+        try:
+            httpx.get(url, timeout=60).raise_for_status()
+            client = Client(url, verbose=False)
+            kind, what = picks[n]
+            if kind == "preset":
+                client.predict(what, api_name="/preset")
+                values = {**inputs.DEFAULTS, **links.PRESETS[what][1]}
+                # the page shows a preset's shipped run itself; a server without one is pressed Generate on
+                out = client.predict(False, *(values[k] for k in inputs.KNOBS),
+                                     api_name="/preset_run" if "/preset_run" in endpoints else "/generate")
+                said = out[0]   # the status (a client gets no gr.State)
+            else:
+                out = client.predict(what, inputs.DEFAULTS["prompt"], inputs.DEFAULTS["seed"], "embedded",
+                                     api_name=f"/lesson_{what}")
+                said = out[-1]
+            return kind, time.perf_counter() - t0, None if str(said).startswith("Done") else f"said: {str(said)[:120]}"
+        except Exception as e:   # noqa: BLE001 (the kind of failure is what is measured)
+            return picks[n][0], time.perf_counter() - t0, str(e)[:200]
+    endpoints = Client(url, verbose=False).view_api(print_info=False, return_format="dict")["named_endpoints"]
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(one, range(clients)))
+    ok = [t for _, t, e in results if e is None]
+    errors = [e for _, _, e in results if e is not None]
+    by_kind = {kind: dict(p50_s=quantile_s([t for k, t, e in results if k == kind and e is None], 0.5),
+                          max_s=quantile_s([t for k, t, e in results if k == kind and e is None], 1.0))
+               for kind in ("preset", "lesson")}
+    return dict(clients=clients, within_s=within_s, ok=len(ok), refused=sum("queue is full" in e.lower() for e in errors),
+                failures=len(errors), examples=sorted(set(errors))[:3], p50_s=quantile_s(ok, 0.5),
+                p95_s=quantile_s(ok, 0.95), max_s=quantile_s(ok, 1.0), by_kind=by_kind)
+
+
+def class_live(server: Server, seeds: list[int]) -> dict:
+    """Clients at once, each a Generate of its own seed (0 .. n-1 distinct: live runs, nothing remembered) or
+    all of one seed (identical: computed once?): served, told their place while they waited, refused,
+    the seconds to each result, how many runs the server computed (statuses not answered from the cache)
+    and its peak RSS."""
+    from gradio_client import Client
+    # the pages open first (a client each, 8 at a time), then every request is sent at once: the load
+    # measured is the requests', not a hundred page loads on the same two cores
+    with ThreadPoolExecutor(8) as pool:
+        clients = list(pool.map(lambda _: Client(server.url, verbose=False), seeds))
+    server.reset_peak()
+
+    def one(n_seed):
+        n, seed = n_seed
+        t0 = time.perf_counter()
+        try:
+            job = clients[n].submit(False, *knobs(seed=seed), api_name="/generate")
+            final = job.result()
+            said, told = _told(job)
+            said = final[0] if isinstance(final, (list, tuple)) and final and isinstance(final[0], str) else said
+            return time.perf_counter() - t0, said, told, None
+        except Exception as e:   # noqa: BLE001
+            return time.perf_counter() - t0, "", False, str(e)[:200]
+    with ThreadPoolExecutor(len(seeds)) as pool:
+        results = list(pool.map(one, enumerate(seeds)))
+    ok = [r for r in results if r[3] is None and r[1].startswith("Done")]
+    errors = [r[3] for r in results if r[3] is not None]
+    return dict(clients=len(seeds), distinct_seeds=len(set(seeds)), served=len(ok),
+                computed=sum("from the cache" not in r[1] for r in ok), told_place=sum(r[2] for r in results),
+                refused=sum("queue is full" in e.lower() or "line is full" in e for e in errors),
+                failures=len(results) - len(ok), examples=sorted(set(errors))[:3],
+                p50_s=quantile_s([r[0] for r in ok], 0.5), p95_s=quantile_s([r[0] for r in ok], 0.95),
+                max_s=quantile_s([r[0] for r in ok], 1.0), peak_rss_mb=round(server.peak_rss_mb(), 1))
+
+
+SECTIONS = ("bursts", "disk", "crafted", "soak", "replays", "same_file", "flood", "class")
 
 
 def main(argv=None) -> int:
@@ -291,6 +406,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS), help="the sections to measure, comma-separated")
     ap.add_argument("--replays", default="6.3 M numbers in one step's prob,524k short steps,largest accepted",
                     help="the crafted traces (tests/crafted.py names) whose replays are measured, comma-separated")
+    ap.add_argument("--class-size", type=int, default=30, help="clients of the class sections")
+    ap.add_argument("--identical", type=int, default=100, help="identical live requests at once (class)")
     ap.add_argument("--json", default=None, help="write every figure here")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
@@ -318,6 +435,19 @@ def main(argv=None) -> int:
                     out["flood"] = flood(server.url)
                     save(out, args.json)
                 out["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
+            finally:
+                server.close()
+    if "class" in only:   # a fresh server: nothing remembered but what ships
+        with tempfile.TemporaryDirectory() as tmp:
+            server = Server(Path(tmp), args.age)
+            try:
+                out["warmed"] = server.warmed()
+                out["class"] = dict(taught=class_taught(server.url, args.class_size, 10.0))
+                save(out, args.json)
+                out["class"]["different"] = class_live(server, [1000 + n for n in range(args.class_size)])
+                save(out, args.json)
+                out["class"]["identical"] = class_live(server, [5000] * args.identical)
+                save(out, args.json)
             finally:
                 server.close()
     if "crafted" in only:
@@ -371,6 +501,19 @@ def report(out: dict) -> None:
         f = out["flood"]
         print(f"flood: {f['stored_mb']} MB stored in {f['seconds']} s ({f['stored_mb_per_s']} MB/s), {f['refused']} "
               f"refused; first refusal: {f['first_refusal']}")
+    if "class" in out:
+        c = out["class"]
+        t = c["taught"]
+        print(f"class, presets and Lesson steps: {t['clients']} clients within {t['within_s']:g} s, {t['ok']} served, "
+              f"{t['refused']} refused, {t['failures']} failed, p50 {t['p50_s']} s, p95 {t['p95_s']} s, "
+              f"max {t['max_s']} s {'; '.join(t['examples'])}")
+        for kind in ("different", "identical"):
+            if kind in c:
+                d = c[kind]
+                print(f"class, {d['clients']} live Generates at once of {d['distinct_seeds']} seed(s): {d['served']} "
+                      f"served, {d['computed']} computed, {d['told_place']} told their place, {d['refused']} refused, "
+                      f"{d['failures']} failed, p50 {d['p50_s']} s, p95 {d['p95_s']} s, max {d['max_s']} s, "
+                      f"peak RSS {d['peak_rss_mb']} MB {'; '.join(d['examples'])}")
     for name, cases in out.get("replays", {}).items():
         for case, r in cases.items():
             print(f"replay {name!r}, {case}: peak +{r['peak_mb']} MB, retained +{r['retained_mb']} MB after "

@@ -51,9 +51,10 @@ RAN_TO_DONE = """() => { const t = window.__seen.map(s => s.text);
 
 
 def generate_and_wait(page):
-    """Press Generate and wait for this run's "Done" (not a "Done" left by the run before)."""
+    """Press Run it live (Generate that runs the model even where the settings ran before or ship with the
+    app) and wait for this run's "Done" (not a "Done" left by the run before)."""
     page.evaluate(RECORD_STATUS)
-    page.get_by_role("button", name="Generate", exact=True).click()
+    page.get_by_role("button", name="Run it live", exact=True).click()
     page.wait_for_function(RAN_TO_DONE, timeout=LONG)
 
 

@@ -17,6 +17,15 @@ from core.models.pair import ModelPair
 torch.set_num_threads(1)  # small models are latency-bound; one thread never oversubscribes two cores
 
 
+@pytest.fixture(autouse=True)
+def fresh_generate_runs():
+    """Each test's Generate runs the engine unless the test itself made the same run before: the app's
+    remembered runs (app.generation.RUNS) start empty (the tests of that cache are in test_line.py)."""
+    if "app.generation" in sys.modules:
+        sys.modules["app.generation"].RUNS.clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return family.load_tokenizer()

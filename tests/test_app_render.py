@@ -35,8 +35,9 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def generated(one_thread):
-    """Every update of one default mulo generation (with its ar baseline)."""
-    return list(generation.generate(None, False, *knobs()))
+    """Every update of one default mulo generation run live (with its ar baseline; Generate itself would
+    answer these settings from the shipped runs, tests/test_shipped.py)."""
+    return list(generation.generate_live(None, False, *knobs()))
 
 
 @pytest.fixture(scope="module")
@@ -221,10 +222,10 @@ def test_generate_can_be_resumed_on_any_thread_and_stopped_midway():
                 break
         return out
 
-    stopped = generation.generate(None, False, *knobs())
+    stopped = generation.generate_live(None, False, *knobs())   # live: Generate would answer from the file
     assert all("Running" in u[1] for u in drive(stopped, 2))
     pools[1].submit(stopped.close).result()
-    assert "Done" in drive(generation.generate(None, False, *knobs()), 10_000)[-1][1]
+    assert "Done" in drive(generation.generate_live(None, False, *knobs()), 10_000)[-1][1]
     for pool in pools:
         assert not pool.submit(torch.is_inference_mode_enabled).result()
         pool.shutdown()

@@ -474,7 +474,7 @@ def test_the_prompt_and_a_draft_spec_are_accepted_up_to_their_lengths():
 
 
 def test_the_bounds_the_hosting_page_states_are_the_code_s():
-    from app import control, files, plots, ui, uploads
+    from app import control, files, generation, line, plots, ui, uploads
     from core import config, trace
     doc = " ".join((ROOT_DIR / "docs" / "hosting.md").read_text().split())    # as read: line breaks are spaces
     stated = {  # the page's words -> the code's number
@@ -487,7 +487,9 @@ def test_the_bounds_the_hosting_page_states_are_the_code_s():
         "at most 256 sessions are kept": ui.LAUNCH["state_session_capacity"] == 256,
         "expires after an hour": ui.STATE_TTL_S == 3600,
         "Stop requests are\n  capped at 1024": control.STOPS_KEPT == 1024,
-        "the queue holds 32 waiting runs (the 33rd client": ui.QUEUE["max_size"] == 32,
+        "the model's line holds 48 runs, 2 per tab": (line.MOST, line.PER_SESSION) == (48, 2),
+        "Gradio's queue 64 more requests": ui.QUEUE["max_size"] == 64,
+        "remembered Generate runs take at most 96 MiB": generation.RUNS_BYTES == 96 * 2 ** 20,
         "at most 240 bars\n  per lane": plots.MAX_BARS == 240,
         "cfg ≤ 20, temperature 0 or in [0.01, 10]": (config.CFG_MAX, config.TEMPERATURE_MIN, config.TEMPERATURE_MAX) == (20, 0.01, 10),
         "γ ≤ 16, Jacobi window ≤ 64, prompt ≤ 500 characters": (config.GAMMA_MAX, config.SJD_WINDOW_MAX, config.PROMPT_MAX) == (16, 64, 500),

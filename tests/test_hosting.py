@@ -92,7 +92,8 @@ def test_stop_requests_are_bounded(url, monkeypatch):
     ("pick_model", ["../../../etc/passwd"], None),
     ("pick_model", ["llamagen-t2i"], None),
     ("pick_model", [["embedded"]], None),
-    ("regrid", [None, True], None),
+    ("regrid", [None, True, "3, 7"], None),
+    ("preset_run", [False, *knobs(seed="x")], None),
     ("inspect_cell", [None], {"index": [10 ** 9, -5], "value": None}),
     ("build_prompt", [""] * 10, None),
     ("share_link", ["x" * 100] * (2 + len(inputs.KNOBS)), None),   # page address, preset, knobs
