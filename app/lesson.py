@@ -249,9 +249,12 @@ REMEMBERED = Remembered(64 * 2 ** 20, lambda out: images_bytes(out[0]))
 
 
 @GPU
-def run_step(request: gr.Request | None, n, prompt, seed, model="embedded"):
+def run_step(request: gr.Request | None, n, prompt, seed, model="embedded", live=False):
     """Run lesson step n (1-based) on the prompt and seed; yields (gallery, table, look, question,
-    answer, status). The ar image of the same seed is the reference of every quality number."""
+    answer, status). The ar image of the same seed is the reference of every quality number. A step
+    remembered or shipped for these settings is answered from there, unless `live` (the tab's "Run the
+    steps live" box): then it runs here."""
+    live = live is True
     try:
         n = int(n)
         if not 1 <= n <= len(STEPS):
@@ -262,20 +265,21 @@ def run_step(request: gr.Request | None, n, prompt, seed, model="embedded"):
     base = RunConfig(prompt=prompt, seed=int(seed), model=model)
     pair = checked(base)
     key = (n, base.prompt, base.seed, base.model)
-    hit = REMEMBERED.recall(key)
+    hit = None if live else REMEMBERED.recall(key)
     if hit is not None:
         yield _recalled(step, base, hit)
         return
     rows, gallery, table = {}, [], []
     ar = shipped.trace_for(replace(base, method="ar"))
     ran = [(label, None if cfg is None else shipped.trace_for(cfg)) for label, cfg in step_runs(step, base)]
-    if ar is not None and all(cfg is None or trace is not None for (_, cfg), (_, trace) in zip(step_runs(step, base), ran)):
+    if not live and ar is not None and all(cfg is None or trace is not None
+                                           for (_, cfg), (_, trace) in zip(step_runs(step, base), ran)):
         for label, trace in ran:   # the shipped runs of the default prompt and seed: no model run
             _add(step, pair, label, ar if trace is None else trace, ar, rows, gallery, table)
         out = (list(gallery), [list(r) for r in table], step.look(rows), f"**Question.** {step.question}",
                step.answer(rows), f"Done: {step.title} on seed {base.seed}, from the runs shipped with the app for "
                "the default prompt and seed (shown at once; the table's wall ms were measured when they were "
-               "written). Change the prompt or the seed to run the step live.")
+               "written). Tick \"Run the steps live\" to run it here.")
         REMEMBERED.keep(key, out)
         yield out
         return
@@ -283,7 +287,7 @@ def run_step(request: gr.Request | None, n, prompt, seed, model="embedded"):
     with running(session, "Lesson"), turn() as hold:
         try:
             got = yield from hold.wait(session, "Lesson", DURATIONS.get(("Lesson", key)) or DURATIONS.get(("Lesson", n)),
-                                       _empty, lambda: REMEMBERED.recall(key))
+                                       _empty, (lambda: None) if live else (lambda: REMEMBERED.recall(key)))
             if hold.ticket is None:   # the same step finished while this press waited
                 yield _recalled(step, base, got)
                 return
@@ -335,6 +339,8 @@ def build(gallery_class) -> dict:
     c: dict = {}
     with gr.Row(elem_id="lesson-steps"):
         c["buttons"] = [gr.Button(st.title, elem_id=f"lesson-{n + 1}", size="sm") for n, st in enumerate(STEPS)]
+    c["live"] = gr.Checkbox(False, label="Run the steps live (not from the runs shipped with the app or "
+                                         "remembered by this server)", elem_id="lesson-live")
     c["status"] = gr.Markdown(elem_id="lesson-status")
     c["look"] = gr.Markdown(elem_id="lesson-look")
     c["question"] = gr.Markdown(elem_id="lesson-question")
@@ -351,5 +357,5 @@ def wire(c: dict, knobs: dict, model_events: dict) -> None:
     """Each button runs its step on the Run tab's prompt, seed and model pair (api lesson_1 … lesson_9)."""
     outputs = [c["gallery"], c["table"], c["look"], c["question"], c["answer"], c["status"]]
     for n, (button, number) in enumerate(zip(c["buttons"], c["steps"])):
-        button.click(run_step, [number, knobs["prompt"], knobs["seed"], knobs["model"]], outputs,
+        button.click(run_step, [number, knobs["prompt"], knobs["seed"], knobs["model"], c["live"]], outputs,
                      api_name=f"lesson_{n + 1}", show_progress_on=[c["status"]], **model_events)

@@ -340,6 +340,7 @@ def class_taught(url: str, clients: int, within_s: float) -> dict:
                 said = out[0]   # the status (a client gets no gr.State)
             else:
                 out = client.predict(what, inputs.DEFAULTS["prompt"], inputs.DEFAULTS["seed"], "embedded",
+                                     *([False] if "live" in str(endpoints.get(f"/lesson_{what}")) else []),
                                      api_name=f"/lesson_{what}")
                 said = out[-1]
             return kind, time.perf_counter() - t0, None if str(said).startswith("Done") else f"said: {str(said)[:120]}"

@@ -86,3 +86,15 @@ def test_a_knob_moved_after_a_preset_is_never_answered_from_the_file():
     values["tau"] = round(values["tau"] + 0.01, 2)
     skipped = generation.shipped_answer(None, False, *(values[k] for k in inputs.KNOBS))
     assert all(isinstance(v, type(generation.gr.skip())) for v in skipped)
+
+
+def test_a_lesson_step_ticked_live_runs_the_model_even_where_it_is_shipped(monkeypatch):
+    """The Lesson's "Run the steps live": the same default prompt and seed runs each of the step's runs here
+    (counted), and says the numbers are this run's; unticked, the same press runs nothing (the control)."""
+    ran, real = [], lesson.run_stoppable
+    monkeypatch.setattr(lesson, "run_stoppable", lambda cfg, pair, session: ran.append(cfg.method) or real(cfg, pair, session))
+    lesson.REMEMBERED.clear()
+    quiet = list(lesson.run_step(None, 6, inputs.DEFAULTS["prompt"], inputs.DEFAULTS["seed"]))[-1]
+    assert ran == [] and "shipped" in quiet[-1]
+    live = list(lesson.run_step(None, 6, inputs.DEFAULTS["prompt"], inputs.DEFAULTS["seed"], "embedded", True))[-1]
+    assert ran == ["mulo", "mulo"] and "this run's" in live[-1]
