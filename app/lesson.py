@@ -219,6 +219,14 @@ def _table_row(label: str, r: dict) -> list:
             r["resampled"], round(r["sharpness"], 2), round(r["gap"], 3), round(r["wall"])]
 
 
+def _shipped_step(step: Step, base: RunConfig) -> tuple | None:
+    """(ar, [(label, trace)]) of the step on base's settings from the shipped runs (app.shipped), or None
+    when any of its runs is not shipped."""
+    ar = shipped.trace_for(replace(base, method="ar"))
+    ran = [(label, ar if cfg is None else shipped.trace_for(cfg)) for label, cfg in step_runs(step, base)]
+    return None if ar is None or any(trace is None for _, trace in ran) else (ar, ran)
+
+
 def step_runs(step: Step, base: RunConfig) -> list[tuple[str, RunConfig | None]]:
     """(label, RunConfig) of each run of the step on base's prompt, seed and pair; None for ar at its
     defaults, which is the step's reference run itself."""
@@ -270,12 +278,11 @@ def run_step(request: gr.Request | None, n, prompt, seed, model="embedded", live
         yield _recalled(step, base, hit)
         return
     rows, gallery, table = {}, [], []
-    ar = shipped.trace_for(replace(base, method="ar"))
-    ran = [(label, None if cfg is None else shipped.trace_for(cfg)) for label, cfg in step_runs(step, base)]
-    if not live and ar is not None and all(cfg is None or trace is not None
-                                           for (_, cfg), (_, trace) in zip(step_runs(step, base), ran)):
+    from_file = None if live else _shipped_step(step, base)
+    if from_file is not None:
+        ar, ran = from_file
         for label, trace in ran:   # the shipped runs of the default prompt and seed: no model run
-            _add(step, pair, label, ar if trace is None else trace, ar, rows, gallery, table)
+            _add(step, pair, label, trace, ar, rows, gallery, table)
         out = (list(gallery), [list(r) for r in table], step.look(rows), f"**Question.** {step.question}",
                step.answer(rows), f"Done: {step.title} on seed {base.seed}, from the runs shipped with the app for "
                "the default prompt and seed (shown at once; the table's wall ms were measured when they were "
@@ -325,8 +332,7 @@ def warm_shipped() -> int:
     base = RunConfig(prompt=DEFAULTS["prompt"], seed=DEFAULTS["seed"], model=DEFAULTS["model"])
     warmed = 0
     for n, step in enumerate(STEPS, start=1):
-        if shipped.has(replace(base, method="ar")) and all(cfg is None or shipped.has(cfg)
-                                                           for _, cfg in step_runs(step, base)):
+        if _shipped_step(step, base) is not None:
             for _ in run_step(None, n, base.prompt, base.seed, base.model):   # never a live run: all shipped
                 pass
             warmed += 1

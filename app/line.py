@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MOST = 48             # tickets in the line at most (running one included); the next is told to come back
 PER_SESSION = 2       # tickets of one tab at most (one running or waiting, one more waiting)
@@ -32,7 +32,6 @@ class Ticket:
     session: str | None
     what: str                      # "Generate", "Lesson", "Compare", "Sweep", "the ar baseline"
     seconds: float | None          # expected seconds of its run (None: nothing measured yet)
-    joined: float = field(default_factory=time.monotonic)
     started: float | None = None   # when its turn came
 
 
