@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     """Run knobs; the sampling defaults are those of the chosen model pair (LlamaGen: its official settings)."""
     from . import engine
-    from .config import MethodParams
+    from .config import SCALE_DEFAULTS, MethodParams
     m, s = MethodParams(), engine.pair_facts(model)["sampling"]
     p.add_argument("--model", default=model, choices=list(engine.pair_loaders()),
                    help="model pair; sets the sampling defaults below (default: %(default)s)")
@@ -133,10 +133,12 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
                    help="Tar pairs: a file of TA-Tok ids (text, JSON, .npy or .pt) that conditions both models; "
                    "the run's prompt is its path")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--k", type=int, default=m.k, help="codebook neighbours pooled (mulo)")
-    p.add_argument("--tau", type=float, default=m.tau, help="acceptance threshold on pooled mass (mulo)")
-    p.add_argument("--scale", type=int, default=m.scale, help="up-scale factor r (mulo)")
-    p.add_argument("--radius", type=int, default=m.radius, help="Chebyshev expansion radius l (mulo)")
+    at = lambda knob: "default: the pick of --scale, " + "; ".join(  # noqa: E731
+        f"r = {r}: {d[knob]:g}" for r, d in SCALE_DEFAULTS.items())
+    p.add_argument("--k", type=int, default=None, help=f"codebook neighbours pooled (mulo; {at('k')})")
+    p.add_argument("--tau", type=float, default=None, help=f"acceptance threshold on pooled mass (mulo; {at('tau')})")
+    p.add_argument("--scale", type=int, default=m.scale, help="up-scale factor r (mulo; default: %(default)s)")
+    p.add_argument("--radius", type=int, default=None, help=f"Chebyshev expansion radius l (mulo; {at('radius')})")
     p.add_argument("--window", type=int, default=m.window, help="ZipAR window w (zipar; inside mulo islands)")
     p.add_argument("--draft-window", type=int, default=m.draft_window,
                    help="shorthand of --draft-method zipar/window=w (0 = off)")
@@ -193,8 +195,11 @@ def run_config(args, method: str):
     """The RunConfig of the parsed flags: every MethodParams and SamplingConfig field has a flag of its name."""
     from dataclasses import fields
 
-    from .config import MethodParams, RunConfig, SamplingConfig
-    params = MethodParams(**{f.name: getattr(args, f.name) for f in fields(MethodParams)})
+    from .config import SCALE_DEFAULTS, MethodParams, RunConfig, SamplingConfig
+    picked = SCALE_DEFAULTS.get(args.scale, {})      # tau, k, radius not given: the pick of the scale
+    given = {f.name: getattr(args, f.name) for f in fields(MethodParams)}
+    params = MethodParams(**{**given, **{knob: picked.get(knob, getattr(MethodParams, knob))
+                                         for knob in ("tau", "k", "radius") if given[knob] is None}})
     sampling = SamplingConfig(**{f.name: getattr(args, f.name) for f in fields(SamplingConfig)})
     prompt = args.prompt
     if getattr(args, "tar_ids", None):

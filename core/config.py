@@ -36,6 +36,12 @@ COMMIT_RULES = ("proposal", "target")  # mulo accept=pooled: the token a passed 
 SJD_INITS = ("random", "repeat", "above")
 COOL_NORMS = ("mean", "first")
 VVS_SCHEDULES = ("uniform", "dynamic")
+# mulo's defaults of tau, k and radius at each up-scale factor r: the frontier pick of that scale on 100
+# held-out prompts (docs/results.md, "The four levers on 100 held-out prompts"), chosen by one rule: the
+# fewest sequential passes inside every image bound with a log-lik gap no worse than zipar:window=4's.
+# r = 2 is MethodParams' own; `generate --scale 4` alone takes r = 4's. A bench spec sets its knobs over
+# MethodParams, so it writes r = 4's out (mulo:scale=4:tau=0.8:k=0:radius=2).
+SCALE_DEFAULTS = {2: dict(tau=0.5, k=16, radius=2), 4: dict(tau=0.8, k=0, radius=2)}
 
 
 class ParameterError(ValueError):

@@ -80,3 +80,22 @@ def test_generate_with_a_trained_up_sampler_writes_its_proposal(tmp_path):
                  "--out", str(tmp_path / "img.png"), "--trace", str(trace)])
     t = json.loads(trace.read_text())
     assert code == 0 and t["params"]["upsampler"] == "sr" and t["tokens"] == t["proposal"]
+
+
+@pytest.mark.parametrize("flags, want", [
+    (["--scale", "4"], dict(scale=4, tau=0.8, k=0, radius=2)),                 # the r = 4 pick
+    (["--scale", "4", "--tau", "0.3"], dict(scale=4, tau=0.3, k=0, radius=2)),  # a given knob stays given
+    ([], dict(scale=2, tau=0.5, k=16, radius=2)),                                # r = 2: MethodParams' own
+    (["--scale", "2", "--k", "4"], dict(scale=2, tau=0.5, k=4, radius=2))])
+def test_scale_alone_gives_the_frontier_pick_of_that_scale(tmp_path, flags, want):
+    """`generate --scale 4` runs the r = 4 pick of docs/results.md, as a process; the control is the r = 2
+    row, which would equal the r = 4 one if the pick were ignored (or applied at every scale)."""
+    import subprocess
+    import sys
+    trace = tmp_path / "t.json"
+    done = subprocess.run([sys.executable, "-m", "core", "generate", "--method", "mulo", "--prompt", PROMPT,
+                           "--threads", "1", "--out", str(tmp_path / "x.png"), "--trace", str(trace), *flags],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    params = json.loads(trace.read_text())["params"]
+    assert {knob: params[knob] for knob in want} == want
