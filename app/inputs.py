@@ -27,16 +27,18 @@ KNOBS = ("method", "prompt", "seed", "k", "tau", "scale", "radius", "window", "d
          "upsampler", "resample", "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init",
          "cfg", "temperature", "top_k", "model", "cfg_interval", "gsd_group", "gsd_gap", "gsd_dist", "pjd_c",
          "cool_delta", "cool_nu", "cool_norm", "draft_method", "redraft", "tree_tokens", "tree_depth", "tree_top_k",
-         "lantern_lambda", "vvs_skip", "vvs_schedule", "accept", "commit")
+         "lantern_lambda", "vvs_interval", "vvs_schedule", "accept", "commit", "lantern_residual", "static_tree",
+         "vvs_threshold")
 _PARAM_FIELDS = ("k", "tau", "scale", "radius", "window", "draft_window", "draft_rows", "upsampler", "resample",
                  "rejection", "context", "gamma", "delta", "lantern_k", "sjd_window", "sjd_init", "gsd_group",
                  "gsd_gap", "gsd_dist", "pjd_c", "cool_delta", "cool_nu", "cool_norm", "draft_method", "redraft",
-                 "tree_tokens", "tree_depth", "tree_top_k", "lantern_lambda", "vvs_skip", "vvs_schedule", "accept",
-                 "commit")
+                 "tree_tokens", "tree_depth", "tree_top_k", "lantern_lambda", "vvs_interval", "vvs_schedule", "accept",
+                 "commit", "lantern_residual", "static_tree", "vvs_threshold")
 SAMPLING_FIELDS = ("cfg", "temperature", "top_k", "cfg_interval")
 _INTS = {"seed", "k", "scale", "radius", "window", "draft_window", "draft_rows", "gamma", "lantern_k", "sjd_window",
-         "top_k", "cfg_interval", "gsd_group", "pjd_c", "tree_tokens", "tree_depth", "tree_top_k", "vvs_skip"}
-FLOATS = {"tau", "delta", "cfg", "temperature", "gsd_gap", "gsd_dist", "cool_delta", "cool_nu", "lantern_lambda"}
+         "top_k", "cfg_interval", "gsd_group", "pjd_c", "tree_tokens", "tree_depth", "tree_top_k", "vvs_interval"}
+FLOATS = {"tau", "delta", "cfg", "temperature", "gsd_gap", "gsd_dist", "cool_delta", "cool_nu", "lantern_lambda",
+          "vvs_threshold"}
 DEFAULTS = dict(method=RunConfig.method, prompt=RunConfig.prompt, seed=RunConfig.seed,
                 **{f: getattr(MethodParams(), f) for f in _PARAM_FIELDS},
                 **{f: getattr(SamplingConfig(), f) for f in SAMPLING_FIELDS}, model=RunConfig.model)
@@ -47,7 +49,8 @@ SLIDERS = dict(tau=(0.0, 1.0, 0.01), k=(0, 128, 1), radius=(0, 4, 1), draft_rows
                window=(1, 32, 1), cfg=(1.0, 8.0, 0.5), temperature=(0.0, 2.0, 0.05),
                cfg_interval=(-1, 256, 1), gsd_group=(1, 64, 1), gsd_gap=(0.0, 1.0, 0.01), gsd_dist=(0.0, 1.0, 0.05),
                pjd_c=(1, 64, 1), cool_delta=(0.5, 4.0, 0.1), cool_nu=(0.0, 2.0, 0.05), tree_tokens=(2, 64, 1),
-               tree_depth=(1, 8, 1), tree_top_k=(1, 16, 1), lantern_lambda=(1.0, 20.0, 0.5), vvs_skip=(0, 4, 1))
+               tree_depth=(1, 8, 1), tree_top_k=(1, 16, 1), lantern_lambda=(1.0, 20.0, 0.5), vvs_interval=(0, 16, 1),
+               vvs_threshold=(0.0, 1.0, 0.05))
 
 
 def whole_number(v) -> int:

@@ -87,6 +87,14 @@ PRESETS: dict[str, tuple[str, dict]] = {
                            "tree view's green paths and the accepted-length map with the EAGLE-2 tree preset, and "
                            "the headline's sharpness and log-lik gap: the relaxation is not lossless.",
                            dict(method="lantern", delta=0.4)),
+    "Trees as published": ("method = vvs at the sizes the released EAGLE-2, LANTERN and VVS code uses for LlamaGen "
+                           "(`--tree paper` on the command line): 58 drafted nodes over 5 levels, 10 children per "
+                           "expanded node, LANTERN's relaxed test (δ 0.2 over up to 1000 neighbours, here all 511 "
+                           "other codes), and every fifth cycle (cycle i with i mod 5 = 1) committed without a "
+                           "target pass: a random root-to-leaf path of the tree just drafted, cut to the tree's mean "
+                           "path length. The unverified cells are the decode steps of the trace; compare the passes "
+                           "with the EAGLE-2 tree preset.",
+                           dict(method="vvs", tree_tokens=59, tree_depth=5, tree_top_k=10, static_tree="paper")),
     "scd: drafts settle": ("Jacobi decoding whose unaccepted guesses are redrawn from a coupling with the old "
                            "ones: a guess the new context does not contradict stays, so later passes accept "
                            "longer runs. Lossless; compare its passes with sjd at the same window L = 32.",

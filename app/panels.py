@@ -121,8 +121,8 @@ _TREE_RULES = (("eagle", "p(x) with q = 1 (the head's drafts are chosen, not sam
                            "neighbours (up to δ) moved onto it"),
                ("lantern_pp", "min(1, p̃/q), drafts sampled from the head's q, p̃ relaxed over neighbours but "
                               "never above λ·p"),
-               ("vvs", "p(x) with q = 1, as eagle; after each verified cycle vvs_skip cycles are committed "
-                       "unverified (drawn from the head's q)"))
+               ("vvs", "p̃(x) with q = 1, as lantern; on its schedule a cycle commits a random root-to-leaf "
+                       "path of the tree it drafted, cut to the tree's mean path length, with no target pass"))
 for _m, _rule in _TREE_RULES:
     METHOD_EXPLAIN[_m] = (
         f"**Left to right:** {_m} drafts a tree of candidate tokens at the full resolution, so there is no "

@@ -182,7 +182,7 @@ class Tests:
 _EAGLE_RULE = "p(x), q = 1 (chosen drafts); a rejected sibling leaves p"
 RULES = {"sd": "min(1, p/q)", "eagle": _EAGLE_RULE,
          "lantern": "p̃(x) with q = 1, p̃ relaxed over neighbours within δ",
-         "lantern_pp": "min(1, p̃/q), p̃ ≤ λ·p", "vvs": f"{_EAGLE_RULE}; vvs_skip cycles committed unverified",
+         "lantern_pp": "min(1, p̃/q), p̃ ≤ λ·p", "vvs": "p̃(x) with q = 1 as lantern; some cycles commit a drafted path unverified",
          "sjd": "min(1, p/p_prev) of the Jacobi iterate", "scd": "min(1, p/p_prev) of the coupled Jacobi iterate",
          "pjd": "min(1, p/p_prev) of the row's Jacobi iterate", "gsd": "min(1, Σ_C p / Σ_C q) over the guess's cluster C",
          "cool": "min(1, w_i·p/q), w_i = δ·exp(−ν i − μ)"}

@@ -12,8 +12,9 @@ import numpy as np
 from starlette.middleware import Middleware
 
 from core import engine
-from core.config import (ACCEPT_RULES, COMMIT_RULES, CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, REDRAFTS,
-                         REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, UPSAMPLERS, VVS_SCHEDULES)
+from core.config import (ACCEPT_RULES, COMMIT_RULES, CONTEXT_MODES, COOL_NORMS, DRAFT_METHODS, LANTERN_RESIDUALS,
+                         REDRAFTS, REJECTION_MODES, RESAMPLE_MODES, SJD_INITS, STATIC_TREES, UPSAMPLERS,
+                         VVS_SCHEDULES)
 from core.methods import registry
 from core.trace import MAX_BYTES
 
@@ -191,17 +192,26 @@ def _more_knobs(vocab_size: int) -> dict:
                                   "vvs: also the tokens of each unverified cycle")
         k["tree_top_k"] = _slider("tree_top_k", "Children per expanded node, nodes expanded per level "
                                                 "(eagle, lantern, vvs)")
-        k["delta"] = _slider("delta", "δ: total-variation budget moved onto the draft token (lantern)")
+        k["delta"] = _slider("delta", "δ: total-variation budget moved onto the draft token (lantern, vvs)")
         k["lantern_k"] = gr.Slider(0, max(d["lantern_k"], vocab_size - 1), d["lantern_k"], step=1,
-                                   label="Neighbours considered (lantern, lantern_pp)",
+                                   label="Neighbours considered (lantern, lantern_pp, vvs)",
                                    info="capped at the codebook size", elem_id="lantern_k", elem_classes=["knob"])
         k["lantern_lambda"] = _slider("lantern_lambda",
                                       "λ: the relaxed p̃ stays ≤ λ·p (lantern_pp; 1 = lossless)",
                                       "lantern_pp drafts a static tree: the three tree knobs above do not apply")
-        k["vvs_skip"] = _slider("vvs_skip", "Unverified cycles after a verified one (vvs; 0 = eagle)")
+        k["lantern_residual"] = gr.Radio(list(LANTERN_RESIDUALS), value=d["lantern_residual"], elem_id="lantern_residual",
+                                         label="After a relaxed rejection (lantern, lantern_pp, vvs)",
+                                         info="moved: the papers' text (p̃ without the draft); official: the "
+                                              "released code's (x's first k + 1 neighbours leave p, or q for lantern_pp)")
+        k["static_tree"] = gr.Radio(list(STATIC_TREES), value=d["static_tree"], elem_id="static_tree",
+                                    label="Static tree (lantern_pp)",
+                                    info="cpu: 23 nodes over 4 levels; paper: the released 57 nodes over 5")
+        k["vvs_interval"] = _slider("vvs_interval", "Skip interval (vvs uniform; 0 = eagle)",
+                                    "cycle i (from 0) is committed unverified when i mod interval = 1")
         k["vvs_schedule"] = gr.Radio(list(VVS_SCHEDULES), value=d["vvs_schedule"], elem_id="vvs_schedule", label="Skip schedule (vvs)",
-                                     info="uniform: after every verified cycle; dynamic: only after one whose "
-                                          "accepted path reached half the tree's depth")
+                                     info="uniform: every interval-th cycle; dynamic: when the drafted paths' "
+                                          "codes agree (threshold below), never twice in a row")
+        k["vvs_threshold"] = _slider("vvs_threshold", "Path agreement to skip (vvs dynamic)")
         k["sjd_window"] = _slider("sjd_window", "Jacobi window L (sjd, scd, gsd; pjd per row)")
         k["sjd_init"] = gr.Radio(list(SJD_INITS), value=d["sjd_init"], elem_id="sjd_init", label="Jacobi initialisation (sjd, scd, gsd, pjd)")
     with gr.Accordion("scd, gsd, pjd and cool knobs", open=False):

@@ -79,7 +79,27 @@ def run_config(configs: list[tuple[str, RunConfig]], n_prompts: int, seed: int) 
 
 # Knobs added after run folders were written, at the value that reproduces what every run made before
 # they existed: a folder whose config lacks one resumes as if it said this value.
-ADDED_KNOBS = {"base": {"params": {"accept": "pooled", "commit": "proposal"}}}
+ADDED_KNOBS = {"base": {"params": {"accept": "pooled", "commit": "proposal", "lantern_residual": "moved",
+                                   "static_tree": "cpu", "vvs_interval": 5, "vvs_threshold": 0.7}}}
+# Knobs removed since, and the method whose records they shaped: a folder that names one resumes (the
+# knob dropped from its config) unless a spec runs that method, whose records an earlier reading made.
+REMOVED_KNOBS = {"vvs_skip": "vvs"}
+
+
+def _check_removed(folder: RunFolder, configs) -> dict:
+    """A folder written before a knob of REMOVED_KNOBS left MethodParams: refused if a spec runs the method
+    that knob shaped; else the knobs to leave out of the comparison (claim's `removed`)."""
+    f = folder.path / "config.json"
+    try:
+        params = json.loads(f.read_text())["base"]["params"] if f.exists() else {}
+    except (ValueError, KeyError, TypeError):
+        return {}                               # claim names what is wrong with it
+    gone = [k for k in REMOVED_KNOBS if isinstance(params, dict) and k in params]
+    hit = [k for k in gone if any(c.method == REMOVED_KNOBS[k] for _, c in configs)]
+    if hit:
+        raise RunFolderError(f"{folder.path} holds {REMOVED_KNOBS[hit[0]]} records of an earlier reading of it "
+                             f"({hit[0]}, since removed); they cannot be resumed: choose another --out")
+    return {"base": {"params": {k: None for k in gone}}}
 
 
 def check_seeds(seed: int, n_prompts: int) -> None:
@@ -111,14 +131,16 @@ def run(specs: list[str], n_prompts: int, seed: int, base: RunConfig | None = No
     refusal = None
     if ranks.main:
         try:
-            folder.claim(run_config(configs, n_prompts, seed), added=ADDED_KNOBS)
+            folder.claim(run_config(configs, n_prompts, seed), added=ADDED_KNOBS,
+                         removed=_check_removed(folder, configs))
         except RunFolderError as e:
             refusal = str(e)
     refusal = broadcast(refusal, ranks)  # every rank stops on rank 0's refusal, none waits for it
     if refusal:
         raise RunFolderError(refusal)
     if not ranks.main:
-        folder.claim(run_config(configs, n_prompts, seed), write=False, added=ADDED_KNOBS)
+        folder.claim(run_config(configs, n_prompts, seed), write=False, added=ADDED_KNOBS,
+                     removed=_check_removed(folder, configs))
     scenes = heldout(n_prompts)
     model = configs[0][1].model
     ar_cfg = next(cfg for _, cfg in configs if cfg.method == "ar")

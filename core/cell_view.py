@@ -340,7 +340,7 @@ def _sd(view, trace, c, final_tok, pair) -> CellView:
     if n is None:
         view.role = "bonus"
         unverified = s.get("verified") is False
-        view.resampled = dict(**{"from": "the head's own q (committed unverified)" if unverified else
+        view.resampled = dict(**{"from": "a path of the head's drafted tree (committed unverified)" if unverified else
                                  "the target's p directly (never tested: a bonus token, or the first cell)"},
                               top=top_tokens(probs), token=_entry(probs, final_tok))
         return view

@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     """Run knobs; the sampling defaults are those of the chosen model pair (LlamaGen: its official settings)."""
     from . import engine
-    from .config import SCALE_DEFAULTS, MethodParams
+    from .config import SCALE_DEFAULTS, TREE_SIZES, MethodParams
     m, s = MethodParams(), engine.pair_facts(model)["sampling"]
     p.add_argument("--model", default=model, choices=list(engine.pair_loaders()),
                    help="model pair; sets the sampling defaults below (default: %(default)s)")
@@ -159,20 +159,31 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
                    help="proposal | target: a passed cell's token is the proposal's or drawn from the target's p "
                         "restricted to B_k, from the same verify pass (mulo, accept=pooled)")
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, cool)")
-    p.add_argument("--tree-tokens", type=int, default=m.tree_tokens,
-                   help="draft tree nodes verified per cycle, root included (eagle, lantern, vvs)")
-    p.add_argument("--tree-depth", type=int, default=m.tree_depth,
-                   help="levels of the draft tree = head passes per cycle (eagle, lantern, vvs)")
-    p.add_argument("--tree-top-k", type=int, default=m.tree_top_k,
-                   help="children per expanded node (eagle, lantern, vvs)")
-    p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern)")
-    p.add_argument("--lantern-k", type=int, default=m.lantern_k, help="neighbours considered (lantern, lantern_pp)")
+    sizes = lambda knob: "; ".join(f"{name}: {d[knob]}" for name, d in TREE_SIZES.items())  # noqa: E731
+    p.add_argument("--tree", default="cpu", choices=list(TREE_SIZES),
+                   help="the tree sizes the four flags below take when not given: cpu (sized for a laptop) | "
+                        "paper (as the released code runs LlamaGen) (eagle, lantern, lantern_pp, vvs)")
+    p.add_argument("--tree-tokens", type=int, default=None,
+                   help=f"draft tree nodes verified per cycle, root included (eagle, lantern, vvs; {sizes('tree_tokens')})")
+    p.add_argument("--tree-depth", type=int, default=None,
+                   help=f"levels of the draft tree = head passes per cycle (eagle, lantern, vvs; {sizes('tree_depth')})")
+    p.add_argument("--tree-top-k", type=int, default=None,
+                   help=f"children per expanded node (eagle, lantern, vvs; {sizes('tree_top_k')})")
+    p.add_argument("--static-tree", default=None, help=f"lantern_pp's static tree: {sizes('static_tree')}")
+    p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern, vvs)")
+    p.add_argument("--lantern-k", type=int, default=m.lantern_k,
+                   help="neighbours considered (lantern, lantern_pp, vvs; capped at the codebook size)")
     p.add_argument("--lantern-lambda", type=float, default=m.lantern_lambda,
                    help="bound p~(x) <= lambda p(x) (lantern_pp; 1 = lossless)")
-    p.add_argument("--vvs-skip", type=int, default=m.vvs_skip, help="unverified cycles after a verified one (vvs)")
+    p.add_argument("--lantern-residual", default=m.lantern_residual,
+                   help="after a relaxed rejection: moved (the papers' text) | official (the released code's) "
+                        "(lantern, lantern_pp, vvs)")
+    p.add_argument("--vvs-interval", type=int, default=m.vvs_interval,
+                   help="uniform: cycle i (from 0) skips verification when i mod interval = 1; 0 = never (vvs)")
     p.add_argument("--vvs-schedule", default=m.vvs_schedule,
-                   help="uniform (after every verified cycle) | dynamic (after one whose accepted path reached "
-                        "half the tree's depth) (vvs)")
+                   help="uniform (every interval-th cycle) | dynamic (when the drafted paths' codes agree) (vvs)")
+    p.add_argument("--vvs-threshold", type=float, default=m.vvs_threshold,
+                   help="dynamic: the path agreement at which a cycle skips (vvs)")
     p.add_argument("--sjd-window", type=int, default=m.sjd_window, help="Jacobi window L (sjd, scd, gsd; pjd per row)")
     p.add_argument("--sjd-init", default=m.sjd_init, help="fresh guesses: random | repeat | above (sjd, scd, gsd, pjd)")
     p.add_argument("--gsd-group", type=int, default=m.gsd_group, help="rank-window size G of a cluster (gsd)")
@@ -195,11 +206,12 @@ def run_config(args, method: str):
     """The RunConfig of the parsed flags: every MethodParams and SamplingConfig field has a flag of its name."""
     from dataclasses import fields
 
-    from .config import SCALE_DEFAULTS, MethodParams, RunConfig, SamplingConfig
+    from .config import SCALE_DEFAULTS, TREE_SIZES, MethodParams, RunConfig, SamplingConfig
     picked = SCALE_DEFAULTS.get(args.scale, {})      # tau, k, radius not given: the pick of the scale
     given = {f.name: getattr(args, f.name) for f in fields(MethodParams)}
+    picked = {**picked, **TREE_SIZES[getattr(args, "tree", "cpu")]}   # and the tree knobs: those of --tree
     params = MethodParams(**{**given, **{knob: picked.get(knob, getattr(MethodParams, knob))
-                                         for knob in ("tau", "k", "radius") if given[knob] is None}})
+                                         for knob in given if given[knob] is None}})
     sampling = SamplingConfig(**{f.name: getattr(args, f.name) for f in fields(SamplingConfig)})
     prompt = args.prompt
     if getattr(args, "tar_ids", None):

@@ -25,8 +25,10 @@ METHOD_KNOBS = {"ar": (), "zipar": ("window",), "sjd": _JACOBI, "scd": _JACOBI,
 # the knobs every other method reads (the draft methods': METHOD_KNOBS); tests/test_knobs_read.py checks
 # against runs that a knob outside a method's set never changes its run
 _TREE = ("tree_tokens", "tree_depth", "tree_top_k")
-OTHER_KNOBS = {"sd": ("gamma",), "eagle": _TREE, "lantern": (*_TREE, "delta", "lantern_k"),
-               "lantern_pp": ("lantern_k", "lantern_lambda"), "vvs": (*_TREE, "vvs_skip", "vvs_schedule"),
+_LANTERN = ("delta", "lantern_k", "lantern_residual")
+OTHER_KNOBS = {"sd": ("gamma",), "eagle": _TREE, "lantern": (*_TREE, *_LANTERN),
+               "lantern_pp": ("lantern_k", "lantern_lambda", "lantern_residual", "static_tree"),
+               "vvs": (*_TREE, *_LANTERN, "vvs_interval", "vvs_schedule", "vvs_threshold"),
                "cool": ("gamma", "cool_delta", "cool_nu", "cool_norm")}
 DRAFT_SPEC_MAX = 64
 REJECTION_MODES = ("local", "raster")
@@ -36,12 +38,20 @@ COMMIT_RULES = ("proposal", "target")  # mulo accept=pooled: the token a passed 
 SJD_INITS = ("random", "repeat", "above")
 COOL_NORMS = ("mean", "first")
 VVS_SCHEDULES = ("uniform", "dynamic")
+LANTERN_RESIDUALS = ("moved", "official")   # lantern, lantern_pp, vvs: the distribution after a relaxed rejection
+STATIC_TREES = ("cpu", "paper")             # lantern_pp: the static draft tree (core/trees.py)
+VVS_INTERVAL_MAX = 64
 # mulo's defaults of tau, k and radius at each up-scale factor r: the frontier pick of that scale on 100
 # held-out prompts (docs/results.md, "The four levers on 100 held-out prompts"), chosen by one rule: the
 # fewest sequential passes inside every image bound with a log-lik gap no worse than zipar:window=4's.
 # r = 2 is MethodParams' own; `generate --scale 4` alone takes r = 4's. A bench spec sets its knobs over
 # MethodParams, so it writes r = 4's out (mulo:scale=4:tau=0.8:k=0:radius=2).
 SCALE_DEFAULTS = {2: dict(tau=0.5, k=16, radius=2), 4: dict(tau=0.8, k=0, radius=2)}
+# The tree methods' sizes: cpu (MethodParams' own, sized for a laptop) and paper (as the released EAGLE-2 /
+# LANTERN / VVS code runs LlamaGen: 59 nodes verified, 4 expansions = 5 levels, top-10; LANTERN++'s
+# 57-node static tree). `--tree paper` sets the four knobs not given.
+TREE_SIZES = {"cpu": dict(tree_tokens=12, tree_depth=3, tree_top_k=3, static_tree="cpu"),
+              "paper": dict(tree_tokens=59, tree_depth=5, tree_top_k=10, static_tree="paper")}
 
 
 class ParameterError(ValueError):
@@ -77,14 +87,18 @@ class MethodParams:
     commit: str = "proposal"    # mulo accept=pooled: a passed cell commits the proposal's token | a token drawn
                                 # from the target's p restricted to B_k (renormalised), from the same verify pass
     gamma: int = 4              # sd, cool: tokens drafted per cycle
-    tree_tokens: int = 12       # eagle, lantern, vvs: nodes verified per cycle, the root included (LANTERN: 59)
-    tree_depth: int = 3         # eagle, lantern, vvs: levels of the dynamic tree = head passes per cycle (LANTERN: 5)
-    tree_top_k: int = 3         # eagle, lantern, vvs: children per expanded node, nodes expanded per level (LANTERN: 10)
-    delta: float = 0.2          # lantern: total-variation budget moved onto the draft token
-    lantern_k: int = 1000       # lantern, lantern_pp: nearest neighbours considered (capped by V - 1)
+    tree_tokens: int = 12       # eagle, lantern, vvs: nodes verified per cycle, the root included (released: 59)
+    tree_depth: int = 3         # eagle, lantern, vvs: levels of the dynamic tree = head passes per cycle (released: 5)
+    tree_top_k: int = 3         # eagle, lantern, vvs: children per expanded node, nodes expanded per level (released: 10)
+    delta: float = 0.2          # lantern, vvs: total-variation budget moved onto the draft token
+    lantern_k: int = 1000       # lantern, lantern_pp, vvs: nearest neighbours considered (capped by V - 1)
     lantern_lambda: float = 2.0  # lantern_pp: the relaxed p~(x) stays <= lambda p(x) (1 = lossless)
-    vvs_skip: int = 1           # vvs: unverified cycles after a verified one (0 = eagle)
-    vvs_schedule: str = "uniform"  # vvs: skip after every verified cycle (uniform) or after a good one (dynamic)
+    lantern_residual: str = "moved"  # lantern, lantern_pp, vvs: after a relaxed rejection, moved (the papers' text:
+                                # p~ without x) | official (the released code's; core/methods/lantern.py)
+    static_tree: str = "cpu"    # lantern_pp: cpu (23 nodes over 4 levels) | paper (the released 57 over 5)
+    vvs_interval: int = 5       # vvs uniform: cycle i (0-based) skips verification when i mod interval = 1 (0 = eagle)
+    vvs_schedule: str = "uniform"  # vvs: uniform (every vvs_interval cycles) | dynamic (the drafted paths agree)
+    vvs_threshold: float = 0.7  # vvs dynamic: skip when the drafted paths' weighted code cosine is >= this
     sjd_window: int = 16        # sjd, scd, gsd: Jacobi window L; pjd: the window of each active row
     sjd_init: str = "random"    # sjd, scd, gsd, pjd: fresh guesses random | repeat (token to the left) | above
     gsd_group: int = 14         # gsd: rank-window size G of the draft token's cluster (1 = sjd)
@@ -225,16 +239,17 @@ def _check_types(run: RunConfig) -> None:
     for name, v in (("method", run.method), ("prompt", run.prompt), ("model", run.model),
                     ("upsampler", p.upsampler), ("resample", p.resample), ("rejection", p.rejection),
                     ("sjd_init", p.sjd_init), ("context", p.context), ("accept", p.accept), ("commit", p.commit),
-                    ("redraft", p.redraft), ("draft_method", p.draft_method), ("vvs_schedule", p.vvs_schedule)):
+                    ("redraft", p.redraft), ("draft_method", p.draft_method), ("vvs_schedule", p.vvs_schedule),
+                    ("lantern_residual", p.lantern_residual), ("static_tree", p.static_tree)):
         _check(isinstance(v, str), name, "text", v)
     for name, v in (("seed", run.seed), ("top_k", s.top_k), ("cfg_interval", s.cfg_interval), ("k", p.k), ("scale", p.scale), ("radius", p.radius),
                     ("window", p.window), ("draft_window", p.draft_window), ("draft_rows", p.draft_rows),
                     ("gamma", p.gamma), ("tree_tokens", p.tree_tokens), ("tree_depth", p.tree_depth),
-                    ("tree_top_k", p.tree_top_k), ("vvs_skip", p.vvs_skip), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window),
+                    ("tree_top_k", p.tree_top_k), ("vvs_interval", p.vvs_interval), ("lantern_k", p.lantern_k), ("sjd_window", p.sjd_window),
                     ("gsd_group", p.gsd_group), ("pjd_c", p.pjd_c)):
         _check(_int(v), name, "an integer", v)
     for name, v in (("cfg", s.cfg), ("temperature", s.temperature), ("top_p", s.top_p), ("tau", p.tau),
-                    ("delta", p.delta), ("lantern_lambda", p.lantern_lambda), ("gsd_gap", p.gsd_gap), ("gsd_dist", p.gsd_dist),
+                    ("delta", p.delta), ("lantern_lambda", p.lantern_lambda), ("vvs_threshold", p.vvs_threshold), ("gsd_gap", p.gsd_gap), ("gsd_dist", p.gsd_dist),
                     ("cool_delta", p.cool_delta), ("cool_nu", p.cool_nu)):
         _check(_num(v), name, "a finite number", v)
 
@@ -282,7 +297,13 @@ def validate(run: RunConfig, vocab_size: int, grid: tuple[int, int], methods) ->
     _check(1 <= p.tree_top_k <= min(vocab_size, TREE_TOKENS_MAX), "tree_top_k",
            f"in [1, {min(vocab_size, TREE_TOKENS_MAX)}]", p.tree_top_k)
     _check(0.0 <= p.delta <= 1.0, "delta", "in [0, 1]", p.delta)
-    _check(0 <= p.vvs_skip <= 16, "vvs_skip", "in [0, 16] (0 = every cycle verified)", p.vvs_skip)
+    _check(p.vvs_interval == 0 or 2 <= p.vvs_interval <= VVS_INTERVAL_MAX, "vvs_interval",
+           f"0 (every cycle verified) or in [2, {VVS_INTERVAL_MAX}] (cycle i skips when i mod interval = 1, which "
+           "never holds at 1)", p.vvs_interval)
+    _check(0.0 <= p.vvs_threshold <= 1.0, "vvs_threshold", "in [0, 1] (a weighted cosine)", p.vvs_threshold)
+    _check(p.lantern_residual in LANTERN_RESIDUALS, "lantern_residual", f"one of {', '.join(LANTERN_RESIDUALS)}",
+           p.lantern_residual)
+    _check(p.static_tree in STATIC_TREES, "static_tree", f"one of {', '.join(STATIC_TREES)}", p.static_tree)
     _check(p.vvs_schedule in VVS_SCHEDULES, "vvs_schedule", f"one of {', '.join(VVS_SCHEDULES)}", p.vvs_schedule)
     _check(1.0 <= p.lantern_lambda <= 100.0, "lantern_lambda", "in [1, 100] (1 = lossless)", p.lantern_lambda)
     _check(0 <= p.lantern_k <= 2 ** 31, "lantern_k", ">= 0 (capped at the codebook size)", p.lantern_k)

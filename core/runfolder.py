@@ -39,6 +39,14 @@ def _differences(old, new, where: str = "") -> list[str]:
     return [] if old == new else [f"{where.rstrip('.') or 'config'}: {old!r} there, {new!r} now"]
 
 
+def _without(old, removed):
+    """old without the keys of `removed` (a nested dict; its leaves' values are not read)."""
+    if not (isinstance(old, dict) and isinstance(removed, dict)):
+        return old
+    return {k: (_without(v, removed[k]) if isinstance(removed.get(k), dict) else v) for k, v in old.items()
+            if not (k in removed and not isinstance(removed[k], dict))}
+
+
 def _with_added(old, added):
     """old with every key of `added` (a nested dict) that old lacks filled in from it: a knob the code gained
     after the folder was written, at the value every run had before it existed."""
@@ -57,10 +65,11 @@ class RunFolder:
         self._records: dict[tuple, dict] = {}
         self._out = None
 
-    def claim(self, config: dict, write: bool = True, added: dict | None = None) -> None:
+    def claim(self, config: dict, write: bool = True, added: dict | None = None, removed: dict | None = None) -> None:
         """Check that the folder holds this configuration; a new folder gets it (when `write`). `added`
         (nested like config): the value a field the folder's config lacks is taken to have had (a knob
-        added since, at the value that reproduces what ran before it)."""
+        added since, at the value that reproduces what ran before it); `removed`: fields of the folder's
+        config left out of the comparison (a knob removed since, that none of its records read)."""
         config = json.loads(json.dumps(config))  # the form it takes on disk
         f = self.path / CONFIG
         if f.exists():
@@ -68,7 +77,7 @@ class RunFolder:
                 old = json.loads(f.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise RunFolderError(f"{f} is not valid JSON ({e}); remove the folder or choose another --out")
-            diff = _differences(_with_added(old, added), config)
+            diff = _differences(_with_added(_without(old, removed), added), config)
             if diff:
                 raise RunFolderError(f"{self.path} holds a run of another configuration ({'; '.join(diff)}); "
                                      f"rerun the command that started it to resume, or choose another --out")

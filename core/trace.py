@@ -662,7 +662,7 @@ def _validate_step(n: int, s, grids: list, limits: Limits, budget: int, cells_to
             raise TraceError(f"step {n}: {_show(key)} is not a step field this reader knows; such fields "
                              f"may hold a number, a short word or null only")
     if "tree" in s:
-        _validate_tree(n, s["tree"], limits.vocab_size)
+        _validate_tree(n, s["tree"], limits.vocab_size, verified=s.get("verified") is not False)
     if "band" in s:
         _validate_band(n, s, h, w)
     elif "accepted" in s and not (isinstance(s["accepted"], list) and len(s["accepted"]) <= tested
@@ -671,10 +671,11 @@ def _validate_step(n: int, s, grids: list, limits: Limits, budget: int, cells_to
     return budget
 
 
-def _validate_tree(n: int, t, vocab: int) -> None:
+def _validate_tree(n: int, t, vocab: int, verified: bool = True) -> None:
     """A tree method's verified draft tree: per node its parent (-1: the root, else an earlier node),
-    depth, token, the drafter's q, the target's p and the verdict (1 accepted, 0 rejected, -1 not tried)."""
-    keys = ("parent", "depth", "token", "q", "p", "verdict")
+    depth, token, the drafter's q, the target's p and the verdict (1 accepted, 0 rejected, -1 not tried);
+    a tree committed unverified (vvs) has no p and no verdict."""
+    keys = ("parent", "depth", "token", "q", "p", "verdict") if verified else ("parent", "depth", "token", "q")
     if not (isinstance(t, dict) and set(t) == set(keys) and all(isinstance(t[k], list) for k in keys)):
         raise TraceError(f"step {n}: tree must hold the lists {', '.join(keys)}")
     m = len(t["token"])
@@ -683,8 +684,8 @@ def _validate_tree(n: int, t, vocab: int) -> None:
     ok = (all(_is_int(par, -1, i - 1) for i, par in enumerate(t["parent"]))
           and all(_is_int(d, 1, TREE_NODES) for d in t["depth"])
           and all(_is_int(x, 0, vocab - 1) for x in t["token"])
-          and all(_is_num(x, 0.0, 1.0 + 1e-3) for x in t["q"] + t["p"])
-          and all(_is_int(v, -1, 1) for v in t["verdict"]))
+          and all(_is_num(x, 0.0, 1.0 + 1e-3) for x in t["q"] + t.get("p", []))
+          and all(_is_int(v, -1, 1) for v in t.get("verdict", [])))
     if not ok:
         raise TraceError(f"step {n}: tree holds a parent, depth, token, probability or verdict out of range")
 

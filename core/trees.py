@@ -15,13 +15,14 @@ its features feed the head's next cycle.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 import torch
 
-from .acceptance import accepts
+from .acceptance import accepts, relaxed_target
+from .config import SamplingConfig
 from .decoding import Decoder
 from .sampling import processed, sample
 
@@ -97,11 +98,14 @@ class HeadDecoder:
         return out
 
     @torch.no_grad()
-    def distribution(self, predicted: torch.Tensor, cells: list[int]) -> torch.Tensor:
+    def distribution(self, predicted: torch.Tensor, cells: list[int], plain: bool = False) -> torch.Tensor:
         """(B, T, D) predicted features at cells -> (T, V) the head's processed distribution of the
-        next cells (the target's output head, then CFG, temperature, top-k / top-p as the target's)."""
+        next cells (the target's output head, then CFG, temperature, top-k / top-p as the target's);
+        plain: the softmax of the guided logits alone (no temperature, top-k or top-p)."""
         logits = self.target.gpt.output(predicted).float()
-        return processed(logits, self.target.sampling, cells=[c + 1 for c in cells])[0].cpu()
+        return processed(logits, plain_sampling(self.target.sampling) if plain else self.target.sampling,
+                         cells=[c + 1 for c in cells])[0].cpu()
+
 
     @torch.no_grad()
     def catch_up(self, root: int, final: np.ndarray) -> torch.Tensor:
@@ -112,6 +116,12 @@ class HeadDecoder:
         out = self.forward(cells, [int(final[c]) for c in cells], feats, [True] * len(cells))
         self.done = root + 1
         return out[:, -1]
+
+
+def plain_sampling(s: SamplingConfig) -> SamplingConfig:
+    """The sampling whose processed distribution is the softmax of the guided logits: what the released
+    LANTERN code relaxes and tests at temperature 0."""
+    return replace(s, temperature=1.0, top_k=0, top_p=1.0)
 
 
 def _feed_nodes(hd: HeadDecoder, tree: Tree, nodes: list[int], root: int, predicted: dict) -> torch.Tensor:
@@ -185,18 +195,41 @@ STATIC_TREE = ((0,), (1,), (2,), (3,),
                (0, 0, 0, 0), (0, 0, 1, 0), (0, 1, 0, 0), (1, 0, 0, 0), (0, 0, 0, 1))
 
 
+def tree_of_counts(children: dict[tuple, int]) -> tuple[tuple, ...]:
+    """The static tree whose node `path` has children[path] children (ranks 0, 1, ...), as paths in
+    breadth-first order (a node's children listed by rank); a node not in `children` is a leaf."""
+    paths, level = [], [()]
+    while level:
+        level = [(*node, r) for node in level for r in range(children.get(node, 0))]
+        paths += level
+    return tuple(paths)
+
+
+# The released LANTERN++ tree (naive_extend_57 of the LANTERN code): 57 nodes over 5 levels, 5 + 13 +
+# 16 + 14 + 9, written here as the number of sampled children under each node.
+PAPER_STATIC_TREE = tree_of_counts({
+    (): 5,
+    (0,): 4, (1,): 3, (2,): 3, (3,): 2, (4,): 1,
+    (0, 0): 4, (0, 1): 3, (0, 2): 3, (0, 3): 2, (1, 0): 2, (1, 1): 1, (2, 0): 1,
+    (0, 0, 0): 4, (0, 0, 1): 3, (0, 0, 2): 2, (0, 0, 3): 1, (0, 1, 0): 2, (0, 1, 1): 1, (0, 2, 0): 1,
+    (0, 0, 0, 0): 3, (0, 0, 0, 1): 2, (0, 0, 1, 0): 2, (0, 0, 1, 1): 1, (0, 0, 2, 0): 1})
+STATIC_TREE_OF = {"cpu": STATIC_TREE, "paper": PAPER_STATIC_TREE}
+
+
 def grow_static(hd: HeadDecoder, root: int, final: np.ndarray, paths, gen: torch.Generator,
                 depth_cap: int, predicted: dict | None = None) -> Tree:
     """LANTERN++: the static tree's shape, each node's children sampled from the head's processed
     distribution without replacement (the i-th child is a draw from q with the earlier siblings
-    removed: what the verifier's residual assumes). One head pass per depth that has children.
+    removed: what the verifier's residual assumes); at temperature 0 the head's top-ranked tokens of
+    its plain softmax, as the released code. One head pass per depth that has children.
     predicted (dict, optional) receives the head's predicted feature (B, D) per node (ROOT: the root's)."""
     paths = [p for p in paths if len(p) <= depth_cap]
     predicted = {} if predicted is None else predicted
     predicted[ROOT] = hd.catch_up(root, final)
     t = Tree()
     index: dict[tuple, int] = {}
-    q_root = hd.distribution(predicted[ROOT][:, None], [root])[0]
+    greedy = hd.target.sampling.temperature == 0.0     # the released code: the head's top-k, not samples
+    q_root = hd.distribution(predicted[ROOT][:, None], [root], plain=greedy)[0]
     t.q_rows[ROOT] = q_root
     for d in range(1, max((len(p) for p in paths), default=0) + 1):
         parents = sorted({index[p[:-1]] if len(p) > 1 else ROOT for p in paths if len(p) == d
@@ -206,13 +239,14 @@ def grow_static(hd: HeadDecoder, root: int, final: np.ndarray, paths, gen: torch
             if not nodes:
                 break
             out = _feed_nodes(hd, t, nodes, root, predicted)
-            for n, q in zip(nodes, hd.distribution(out, [root + t.depth[n] for n in nodes])):
+            for n, q in zip(nodes, hd.distribution(out, [root + t.depth[n] for n in nodes], plain=greedy)):
                 t.q_rows[n] = q
         for par in parents:
             q = t.q_rows[par]
             wanted = [p for p in paths if len(p) == d and (p[:-1] == () if par == ROOT else index.get(p[:-1]) == par)]
             n_draw = min(max(p[-1] for p in wanted) + 1, int((q > 0).sum()))
-            drawn = torch.multinomial(q, n_draw, replacement=False, generator=gen).tolist()
+            drawn = (torch.topk(q, n_draw).indices if greedy else
+                     torch.multinomial(q, n_draw, replacement=False, generator=gen)).tolist()
             for p in sorted(wanted):
                 if p[-1] >= n_draw:
                     continue
@@ -295,3 +329,48 @@ def walk(tree: Tree, probs: torch.Tensor, rule: Rule, gen: torch.Generator, samp
         path.append(child)
         node, p_cur, untouched = child, probs[1 + child], True
         q_cur = tree.q_rows.get(child) if sampled else None
+
+
+# temperature 0 as the released LANTERN code: (the plain softmax at the parent (V,), x) -> x passes
+GreedyTest = Callable[[torch.Tensor, int], bool]
+
+
+def greedy_relaxed_test(neighbours: torch.Tensor, k: int, delta: float | None = None,
+                        lam: float | None = None) -> GreedyTest:
+    """x passes iff it is the argmax (the first, on a tie) of the plain softmax p with p(x) alone raised
+    to p~(x): the mass of x's nearest neighbours within delta (lantern) or within (lam - 1) p(x)
+    (lantern_pp) added to it; the neighbours keep their own mass."""
+    def test(p: torch.Tensor, x: int) -> bool:
+        budget = delta if lam is None else (lam - 1.0) * float(p[x])
+        raised = p.clone()
+        raised[x] = relaxed_target(p[None], torch.tensor([x]), neighbours, k, budget)[0][x]
+        return int(raised.argmax()) == x
+    return test
+
+
+def greedy_walk(tree: Tree, probs: torch.Tensor, plain: torch.Tensor, test: GreedyTest) -> Walk:
+    """Temperature 0 as the released LANTERN code: every root-to-leaf path is tested node by node
+    against the plain softmax at its parent (plain: (1 + n, V), root's row first); the longest
+    passing prefix wins (the first leaf in node order on a tie), and the token after it is the argmax
+    of the processed row (probs, one-hot at T = 0) at its last node. The walk records that path and the
+    node that stopped it."""
+    best: list[int] = []
+    stop: int | None = None
+    for leaf in (n for n in range(len(tree)) if not tree.children(n)):
+        passed, failed = [], None
+        for n in tree.ancestors(leaf) + [leaf]:
+            if not test(plain[0 if tree.parent[n] == ROOT else 1 + tree.parent[n]], tree.token[n]):
+                failed = n
+                break
+            passed.append(n)
+        if len(passed) > len(best) or stop is None and not best and failed is not None and not passed:
+            best, stop = passed, failed
+    verdict = [-1] * len(tree)
+    for n in best:
+        verdict[n] = 1
+    tried = [(n, 1.0, True) for n in best]
+    if stop is not None:
+        verdict[stop] = 0
+        tried.append((stop, 0.0, False))
+    token = int(probs[0 if not best else 1 + best[-1]].argmax())
+    return Walk(best, token, stop is None, tried, verdict)

@@ -158,7 +158,7 @@ def accepted_map(trace) -> np.ndarray:
 @pytest.mark.parametrize("method", ["lantern", "vvs"])
 def test_the_accepted_length_map_is_each_verify_step_s_count_on_the_cells_it_committed(tree_pair, lantern_trace,
                                                                                        method):
-    trace = lantern_trace if method == "lantern" else run(tree_pair, "vvs", vvs_skip=1)
+    trace = lantern_trace if method == "lantern" else run(tree_pair, "vvs", vvs_interval=2)
     fig = trees_view.lengths_figure(trace)
     heat = [d for d in fig.data if d.type == "heatmap"][0]
     want = accepted_map(trace)

@@ -45,3 +45,20 @@ def test_the_bench_prices_a_drafter_pass_against_a_target_pass():
 def test_a_method_spec_sets_cfg_interval_as_an_integer():
     _, cfg = bench.parse_spec("ar:cfg_interval=10", RunConfig())
     assert cfg.sampling.cfg_interval == 10 and isinstance(cfg.sampling.cfg_interval, int)
+
+
+def test_a_folder_from_before_a_knob_was_removed_resumes_unless_a_spec_runs_the_method_it_shaped(tmp_path):
+    """The shipped folder still names vvs_skip (removed when vvs became the released VVS): its ar, mulo and
+    zipar records resume as they are; adding a vvs spec is refused by name, before any work."""
+    import shutil
+
+    from conftest import SHIPPED_BENCH
+    from core.runfolder import RunFolderError
+    out = tmp_path / "old"
+    shutil.copytree(SHIPPED_BENCH, out)
+    assert "vvs_skip" in (out / "config.json").read_text()
+    specs = ["mulo:scale=4:context=verify", "zipar:window=4"]
+    assert bench.run(specs, 3, 5, out=out) is not None
+    with pytest.raises(RunFolderError, match="vvs records of an earlier reading of it \\(vvs_skip"):
+        bench.run([*specs, "vvs"], 3, 5, out=out)
+    assert "vvs_skip" in (out / "config.json").read_text()          # the folder is left as it was

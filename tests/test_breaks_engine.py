@@ -382,7 +382,7 @@ INT_BOUNDS = [
     ("tree_tokens", "params", "ar", 2, 128),
     ("tree_depth", "params", "ar", 1, 16),
     ("tree_top_k", "params", "ar", 1, 128),
-    ("vvs_skip", "params", "ar", 0, 16),
+    ("vvs_interval", "params", "ar", 2, 64),   # and 0 (never skips): tests/test_trees.py
     ("lantern_k", "params", "ar", 0, 2 ** 31),
     ("sjd_window", "params", "ar", 1, 64),
     ("gsd_group", "params", "ar", 1, V),
@@ -395,6 +395,7 @@ FLOAT_BOUNDS = [
     ("top_p", "sampling", 0.0, 1.0, False, True),
     ("tau", "params", 0.0, 1.0, True, True),
     ("delta", "params", 0.0, 1.0, True, True),
+    ("vvs_threshold", "params", 0.0, 1.0, True, True),
     ("lantern_lambda", "params", 1.0, 100.0, True, True),
     ("gsd_gap", "params", 0.0, 1.0, True, True),
     ("gsd_dist", "params", 0.0, 1.0, True, True),

@@ -18,7 +18,7 @@ PROMPT = "a small red circle top left on a striped blue background"
 OTHER = dict(k=4, tau=0.2, scale=4, radius=1, window=2, draft_window=2, draft_rows=2, upsampler="nearest",
              resample="serial", redraft="coupled", rejection="raster", context="exact", commit="target",
              gamma=2, tree_tokens=6, tree_depth=2, tree_top_k=2, delta=0.5, lantern_k=10, lantern_lambda=5.0,
-             vvs_skip=2, vvs_schedule="dynamic", sjd_window=8, sjd_init="repeat", gsd_group=4, gsd_gap=0.3,
+             vvs_interval=2, vvs_schedule="dynamic", vvs_threshold=0.5, lantern_residual="official", static_tree="paper", sjd_window=8, sjd_init="repeat", gsd_group=4, gsd_gap=0.3,
              gsd_dist=0.8, pjd_c=3, cool_delta=1.5, cool_nu=0.3, cool_norm="first")
 OTHER_B = dict(OTHER, draft_window=0, draft_method="zipar/window=2", accept="exact", radius=0, rejection="local",
                commit="proposal")

@@ -1,4 +1,4 @@
-"""The tree methods (eagle, lantern, lantern_pp) against oracles: the tree mask against cache-free
+"""The tree methods (eagle, lantern, lantern_pp, vvs) against oracles: the tree mask against cache-free
 forwards of each root-to-node path, greedy eagle against greedy ar, the sampled output against the
 exact joint of a short row (with a control that breaks the sibling residual), the relaxed rules
 against their definitions, the passes against wrapped forwards."""
@@ -278,22 +278,16 @@ def test_a_lantern_format_drafter_folder_loads_and_a_missing_one_is_named(tmp_pa
         load_lantern(folder)
 
 
-@pytest.mark.long("vvs on both schedules and eagle on the shipped 32x32 pair")
-def test_vvs_commits_unverified_chains_on_its_schedule_and_without_skips_is_eagle():
-    """On the shipped pair, whose head is right often enough for the dynamic schedule to skip."""
+@pytest.mark.long("vvs on both schedules and lantern on the shipped 32x32 pair")
+def test_vvs_commits_unverified_paths_on_its_schedule_and_without_skips_is_lantern():
+    """On the shipped pair (its trained head): interval 0 is lantern token for token; the released
+    uniform schedule skips one cycle in five and saves target passes; dynamic skips where the paths agree."""
     run = lambda m, **kw: engine.run(RunConfig(method=m, prompt=PROMPT, seed=7).with_params(**kw))  # noqa: E731
-    eagle, none = run("eagle"), run("vvs", vvs_skip=0)
-    assert none.tokens == eagle.tokens
-    uniform, dynamic = run("vvs", vvs_skip=2), run("vvs", vvs_skip=2, vvs_schedule="dynamic")
+    plain, none = run("lantern"), run("vvs", vvs_interval=0)
+    assert none.tokens == plain.tokens
+    uniform, dynamic = run("vvs"), run("vvs", vvs_schedule="dynamic")
     skipped = lambda t: [s for s in t.steps if s["phase"] == "decode" and s.get("verified") is False]  # noqa: E731
-    verifies = [s for s in uniform.steps if s["phase"] == "verify"]
-    assert len(skipped(uniform)) >= 2 * len(verifies) - 2       # two unverified cycles after each verified one
-    depth = RunConfig().params.tree_depth
-    steps = dynamic.steps
-    for n, st in enumerate(steps[:-1]):     # dynamic: a skip follows exactly the verifies that accepted >= depth / 2
-        if st["phase"] == "verify":
-            assert (steps[n + 1]["phase"] == "decode") == (2 * sum(st["accepted"]) >= depth)
-    assert 0 < len(skipped(dynamic)) < len(skipped(uniform))
-    assert uniform.totals["target_nfe"] < eagle.totals["target_nfe"] / 2
-    assert all(s["model"] == "drafter" and len(s["cells"]) == RunConfig().params.tree_depth
-               for s in skipped(uniform)[:-2])
+    cycles = sum(s["phase"] == "draft" for s in uniform.steps)
+    assert abs(len(skipped(uniform)) - cycles / 5) <= 2
+    assert 0 < len(skipped(dynamic)) and uniform.totals["target_nfe"] < plain.totals["target_nfe"]
+    assert all(s["model"] == "drafter" and s["nfe"] == 0 for s in skipped(uniform))

@@ -18,15 +18,16 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import torch
 
 from ..decoding import UNKNOWN, MethodContext, cells_of, timed
-from ..sampling import sample
 from ..trace import Step
-from ..trees import ROOT, HeadDecoder, Rule, Tree, grow_dynamic, grow_static, point_rule, verify, walk
+from ..sampling import processed, sample
+from ..trees import (GreedyTest, HeadDecoder, Rule, Tree, greedy_walk, grow_dynamic, plain_sampling, point_rule,
+                     verify, walk)
 from . import Result
 
 Grow = Callable[[HeadDecoder, int, np.ndarray, int], Tree]   # (head, root cell, final, depth cap) -> Tree
-CHAIN = tuple((0,) * d for d in range(1, 17))                 # a static tree that is one path
 
 
 def dynamic_growth(ctx: MethodContext) -> Grow:
@@ -66,48 +67,74 @@ def draft_step(tree: Tree, root: int, wall_ms: float, nfe: int, fed: int, W: int
                 [tree.token[n] for n in order], dict(fed=fed, nodes=len(tree), depth=max(tree.depth, default=0)))
 
 
-def unverified_cycles(ctx: MethodContext, hd: HeadDecoder, final: np.ndarray, root: int, skip: int):
-    """vvs: `skip` cycles whose drafts are committed unverified, a chain of tree_depth tokens each
-    sampled from the head's q, the head reading its own predicted features (stale: no target pass
-    has scored these cells). Returns the last committed cell; the next verify forward writes the
-    cells into the target's cache (fused: more tokens, no extra pass)."""
-    H, W = ctx.grid
-    N = H * W
-    for _ in range(skip):
-        if root >= N - 1:
-            break
-        f: dict = {}
-        with timed(f, (hd,)):
-            depth = min(ctx.params.tree_depth, N - 1 - root)
-            predicted: dict = {}
-            chain = grow_static(hd, root, final, CHAIN[:depth], ctx.gen, depth, predicted)
-            cells = [root + d for d in chain.depth]
-            final[cells] = chain.token
-            hd.features[root + 1] = predicted[ROOT]
-            for i, c in enumerate(cells[1:]):
-                hd.features[c] = predicted[i]
-        yield Step("decode", "drafter", f["nfe"], f["wall_ms"], cells_of(cells, W), list(chain.token),
-                   dict(fed=f["fed"], verified=False))
-        root = cells[-1]
-    return root
+def committed_unverified(ctx: MethodContext, hd: HeadDecoder, final: np.ndarray, tree: Tree,
+                         root: int) -> tuple[list[int], list[int], dict]:
+    """vvs, a cycle whose verification is skipped, as the released code does it: a root-to-leaf path of
+    the tree just drafted, drawn uniformly over its leaves, is cut to the tree's mean path length
+    (floored, the root counted, less one) and committed unverified; its last token is the next root.
+    The head's features at those cells are the last ones the target computed, shifted along (the
+    code's reuse_prev): cell root + j reads the feature of cell root - A + j. The next verify
+    forward writes the cells into the target's cache (fused: more tokens, no extra pass).
+    -> (cells, tokens, what the trace records of the choice)."""
+    N = ctx.grid[0] * ctx.grid[1]
+    leaves = [n for n in range(len(tree)) if not tree.children(n)]
+    mean_len = sum(1 + tree.depth[n] for n in leaves) // len(leaves)
+    leaf = leaves[int(torch.randint(len(leaves), (1,), generator=ctx.gen))]
+    path = tree.ancestors(leaf) + [leaf]
+    A = min(len(path), mean_len - 1, N - 1 - root)
+    cells = [root + 1 + i for i in range(A)]
+    toks = [tree.token[n] for n in path[:A]]
+    final[cells] = toks
+    for j in range(1, A + 1):
+        hd.features[root + j] = hd.features[max(root - A + j, 0)]
+    return cells, toks, dict(leaf=int(leaf), mean_len=int(mean_len),
+                             tree=dict(parent=list(tree.parent), depth=list(tree.depth), token=list(tree.token),
+                                       q=[round(x, 6) for x in tree.q]))
 
 
-def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = False, skip: int = 0,
-                   schedule: str = "uniform"):
+# vvs: (cycle index from 0, root cell, the tree just drafted, whether the last cycle was skipped)
+#      -> whether this cycle skips verification
+SkipRule = Callable[[int, int, Tree, bool], bool]
+
+
+def plain_rows(target, out: dict, tree: Tree, root: int, sampling) -> torch.Tensor:
+    """(1 + n, V) the plain softmax of the guided logits (no temperature, top-k, top-p) at the root and
+    every node, from the verify forward's own features."""
+    logits = target.gpt.output(out["hidden"]).float()
+    cells = [root + 1] + [root + d + 1 for d in tree.depth]
+    return processed(logits, plain_sampling(sampling), cells=cells)[0].cpu()
+
+
+def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = False, skip: SkipRule | None = None,
+                   greedy: GreedyTest | None = None):
+    """The cycle loop of every tree method. greedy: at temperature 0, the released LANTERN code's test
+    (trees.greedy_walk) instead of the rule."""
     H, W = ctx.grid
     N = H * W
     target, hd, final, first = start(ctx)
     yield first
     root, tried_total, accepted_total, unverified = 0, 0, 0, 0
+    cycle, skipped = 0, False
     while root < N - 1:
         f: dict = {}
         with timed(f, (hd,)):
             tree = grow(hd, root, final, N - 1 - root)
         yield draft_step(tree, root, f["wall_ms"], f["nfe"], f["fed"], W)
+        if skip is not None and skip(cycle, root, tree, skipped):
+            f = {}
+            with timed(f):
+                cells, toks, why = committed_unverified(ctx, hd, final, tree, root)
+            yield Step("decode", "drafter", 0, f["wall_ms"], cells_of(cells, W), toks, dict(fed=0, verified=False, **why))
+            unverified += len(cells)
+            root, cycle, skipped = cells[-1], cycle + 1, True
+            continue
         f = {}
         with timed(f, (target,)):
             probs, out = verify(target, tree, root, final)
-            w = walk(tree, probs, rule, ctx.gen, sampled)
+            if greedy is not None and ctx.sampling.temperature == 0.0:
+                w = greedy_walk(tree, probs, plain_rows(target, out, tree, root, ctx.sampling), greedy)
+            else:
+                w = walk(tree, probs, rule, ctx.gen, sampled)
             cells = [root + 1 + i for i in range(len(w.path))]
             toks = [tree.token[n] for n in w.path]
             if root + 1 + len(w.path) < N:            # the token after the path (none past the last cell)
@@ -128,13 +155,7 @@ def tree_speculate(ctx: MethodContext, grow: Grow, rule: Rule, sampled: bool = F
             accepted=[ok for _, _, ok in w.tried], prob=[round(a, 6) for _, a, _ in w.tried],
             resampled=last if drawn and not w.bonus else None, bonus=last if drawn and w.bonus else None,
             tree=tree_record(tree, probs, w.verdict)))
-        root = cells[-1]
-        # vvs: skip after every verified cycle (uniform), or after one whose accepted path reached at
-        # least half the tree's depth (dynamic: the head is on track here)
-        if skip and (schedule == "uniform" or 2 * len(w.path) >= ctx.params.tree_depth):
-            before = root
-            root = yield from unverified_cycles(ctx, hd, final, root, skip)
-            unverified += root - before
+        root, cycle, skipped = cells[-1], cycle + 1, False
     return Result(tokens=final.reshape(H, W), passed_fraction=accepted_total / max(tried_total, 1),
                   kept_fraction=(accepted_total + unverified) / N)
 
