@@ -72,6 +72,7 @@ class Decoder:
         logits = self.gpt.prefill(self.cache, self.captions, self.masks, self.grid, drop=self.drop, **kw)
         if out is not None:
             self.p0_feature = out["hidden"]
+            self.prefix_features = out["prefix_hidden"]       # (B, P, D): a LANTERN head's caption slots read them
         self.nfe += 1
         self.p0 = processed(logits, self.sampling, cells=0)[0].cpu()  # acceptance and sampling run on the CPU
 

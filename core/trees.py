@@ -70,6 +70,7 @@ class HeadDecoder:
         B = target.captions.shape[0]
         self.cache = head.new_cache(B, target.n_cells, target.device, target.cache.k.dtype)
         self.features: dict[int, torch.Tensor] = {}
+        self.captions: torch.Tensor | None = None
         self.done = 0
         self.nfe = 0
         self.fed = 0
@@ -77,6 +78,15 @@ class HeadDecoder:
     def _rope(self, cells: list[int]) -> torch.Tensor:
         gpt = self.target.gpt
         return gpt.rope(self.target.grid, self.target.device)[gpt.cfg.prefix_len + torch.tensor(cells)]
+
+    def _captions(self) -> torch.Tensor | None:
+        """A LANTERN head's caption-slot values, from the target's prefix features (once per image)."""
+        if not getattr(self.head.cfg, "caption_slots", False):
+            return None
+        if self.captions is None:
+            feats = self.target.prefix_features[:, :-1]
+            self.captions = self.head.caption_values(feats.to(self.cache.k.dtype))
+        return self.captions
 
     def _cond(self, cells: list[int], B: int, D: int, dtype) -> torch.Tensor | None:
         cache = self.target.cache
@@ -92,7 +102,7 @@ class HeadDecoder:
         tok = torch.tensor(tokens, device=dev)[None].expand(B, -1)
         out = self.head.forward_cells(self.cache, tok, feats, torch.tensor(cells, device=dev), self._rope(cells),
                                       torch.tensor(write, device=dev), tree,
-                                      self._cond(cells, B, feats.shape[-1], feats.dtype))
+                                      self._cond(cells, B, feats.shape[-1], feats.dtype), self._captions())
         self.nfe += 1
         self.fed += len(cells)
         return out

@@ -227,3 +227,75 @@ def test_greedy_lantern_commits_what_the_released_test_passes_on_cache_free_rows
                 stop = s["tree"]["token"][s["tree"]["verdict"].index(0)]
                 assert not passes(cache_free_row(pair, pair.target, final[:after], plain), stop)
     assert checked >= 20 and relaxed >= 2
+
+
+# --- the head's caption context ---------------------------------------------------------------------------
+
+def _lantern_head(tmp_path, target):
+    """The head of `target` written as a LANTERN drafter folder and loaded back (caption slots on)."""
+    import json
+
+    from core.models.eagle import DraftHead, load_lantern
+    torch.manual_seed(3)
+    ref = DraftHead.for_target(target).eval()
+    with torch.no_grad():                                  # values large enough to move the head's q
+        ref.layers[0].self_attn.v_proj.weight.mul_(20)
+    torch.save(ref.state_dict(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(json.dumps(dict(num_attention_heads=target.cfg.n_head,
+                                                          rms_norm_eps=target.cfg.norm_eps)))
+    return load_lantern(tmp_path)
+
+
+def test_a_lantern_head_reads_the_caption_slots_and_its_first_q_equals_a_cache_free_forward(tmp_path, tokenizer):
+    """Its first q (the root's children) equals one uncached causal pass of the head over LANTERN's input:
+    token 0 with the target's feature at every caption slot but the last, under a RoPE of zeros, then
+    cell 0. The control: the same weights without caption slots draft another q."""
+    import dataclasses
+
+    from conftest import tiny_gpt
+    from core.decoding import Decoder
+    from core.embedded import data
+    from core.models.eagle import DraftHead
+    target = tiny_gpt(0)
+    head = _lantern_head(tmp_path, target)
+    assert head.cfg.caption_slots
+    grid, s = (16, 16), SamplingConfig()
+    ids, mask = data.caption_ids(PROMPT, 32)
+    dec = Decoder(target, grid, torch.as_tensor(ids), torch.as_tensor(mask), s, "cpu")
+    dec.prefill(features=True)
+    P = target.cfg.prefix_len
+
+    def first_q(h):
+        hd = trees.HeadDecoder(h, dec)
+        hd.features[0] = dec.p0_feature
+        final = torch.zeros(grid[0] * grid[1], dtype=torch.long).numpy()
+        final[0] = 7
+        return hd.distribution(hd.catch_up(0, final)[:, None], [0])[0], hd
+
+    q, hd = first_q(head)
+    B = dec.p0_feature.shape[0]
+    tokens = torch.tensor([0] * (P - 1) + [7])[None].expand(B, -1)
+    feats = torch.cat([dec.prefix_features[:, :-1], dec.p0_feature[:, None]], dim=1)
+    rope = torch.cat([torch.zeros(P - 1, *hd._rope([0]).shape[1:]), hd._rope([0])])
+    cell = hd._cond([0], B, feats.shape[-1], feats.dtype)         # what the target adds at cell 0's slot, if any
+    cond = None if cell is None else torch.cat([torch.zeros(B, P - 1, feats.shape[-1]), cell], dim=1)
+    with torch.no_grad():
+        out = head.forward(tokens, feats, rope, cond)[:, -1]
+    reference = hd.distribution(out[:, None], [0])[0]
+    torch.testing.assert_close(q, reference, atol=1e-6, rtol=1e-4)
+    plain = DraftHead(dataclasses.replace(head.cfg, caption_slots=False))
+    plain.load_state_dict(head.state_dict())
+    assert float((first_q(plain.eval())[0] - reference).abs().max()) > 100 * float((q - reference).abs().max())
+
+
+def test_a_tree_run_with_a_captioned_head_gives_a_valid_trace(tmp_path, tokenizer):
+    from conftest import tiny_gpt
+    from core.embedded import data
+    from core.models.pair import ModelPair
+    from core.trace import Trace
+    target = tiny_gpt(0)
+    head = _lantern_head(tmp_path, target)
+    pair = ModelPair("tiny", target, target, None, tokenizer, (16, 16), lambda prompt, g: data.caption_ids(prompt, 32),
+                     tokenizer.neighbours(tokenizer.vocab_size - 1), head_net=lambda: head)
+    t = engine.run(RunConfig(method="lantern", prompt=PROMPT, seed=1), pair)
+    assert Trace.from_json(t.to_json()).tokens == t.tokens

@@ -210,7 +210,8 @@ def test_the_head_loads_a_lantern_format_state_dict_by_its_key_names():
     cfg = HeadConfig(vocab_size=64, dim=32, n_head=4, ffn_dim=48, norm_eps=1e-6)
     state = {k: v.clone() for k, v in DraftHead(cfg).state_dict().items()}
     assert sorted(state) == sorted(KEYS)
-    assert HeadConfig.from_state(state, n_head=4) == cfg
+    assert HeadConfig.from_state(state, n_head=4, caption_slots=False) == cfg
+    assert HeadConfig.from_state(state, n_head=4).caption_slots          # LANTERN trains with caption slots
     with pytest.raises(ValueError, match="missing fc.bias"):
         HeadConfig.from_state({k: v for k, v in state.items() if k != "fc.bias"}, n_head=4)
 
@@ -271,7 +272,7 @@ def test_a_lantern_format_drafter_folder_loads_and_a_missing_one_is_named(tmp_pa
     torch.save({k: v.half() for k, v in ref.state_dict().items()}, folder / "pytorch_model.bin")
     (folder / "config.json").write_text(json.dumps(dict(num_attention_heads=4, rms_norm_eps=1e-6, hidden_size=32)))
     head = llamagen._head_loader("llamagen-t2i", tmp_path, "cpu", torch.float32)()
-    assert head.cfg == cfg
+    assert head.cfg == HeadConfig(**{**cfg.to_dict(), "caption_slots": True})      # LANTERN trains with them
     torch.testing.assert_close(head.fc.weight, ref.fc.weight.half().float())
     torch.save({k: v for k, v in ref.state_dict().items() if k != "fc.bias"}, folder / "pytorch_model.bin")
     with pytest.raises(ValueError, match="missing fc.bias"):

@@ -10,8 +10,10 @@ Module and key names follow the EAGLE / LANTERN drafters (`embed_tokens`, `fc` w
 `layers.0.self_attn.{q,k,v,o}_proj`, `layers.0.mlp.{gate,up,down}_proj`,
 `layers.0.post_attention_layernorm`; the first layer has no input norm, the head no final norm and
 no output head of its own), so a LANTERN-format LlamaGen drafter state dict loads unchanged. Its
-positions are the target's own 2-D RoPE of each cell; its attention covers the image cells, not the
-caption prefix (LANTERN's drafter also attends over caption slots whose token rows are zeros).
+positions are the target's own 2-D RoPE of each cell; its attention covers the image cells and, for a
+LANTERN checkpoint (HeadConfig.caption_slots), the caption slots as LANTERN's drafter reads them: token 0
+with the target's feature at each caption slot but the last, under a RoPE of zeros (zero keys: each
+slot is read with a logit of 0 by every query), padded slots included. The embedded head has none.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ class HeadConfig:
     n_head: int = 4
     ffn_dim: int = 384             # LlamaGen-XL's LANTERN drafter: 3584 at width 1280
     norm_eps: float = 1e-5
+    caption_slots: bool = False    # LANTERN's drafter: attends over the caption slots too (see DraftHead)
 
     @property
     def head_dim(self) -> int:
@@ -54,14 +57,35 @@ class HeadConfig:
                    ffn_dim=hidden, norm_eps=target_cfg.norm_eps)
 
     @classmethod
-    def from_state(cls, state: dict, n_head: int, norm_eps: float = 1e-6) -> "HeadConfig":
-        """The configuration a LANTERN-format state dict implies (n_head is not in the weights)."""
+    def from_state(cls, state: dict, n_head: int, norm_eps: float = 1e-6, caption_slots: bool = True) -> "HeadConfig":
+        """The configuration a LANTERN-format state dict implies (n_head is not in the weights; LANTERN
+        trains its drafters with caption slots)."""
         missing = [k for k in KEYS if k not in state]
         if missing:
             raise ValueError(f"not a LANTERN-format drafter: missing {', '.join(missing[:4])}")
         V, D = state["embed_tokens.weight"].shape
         return cls(vocab_size=V, dim=D, n_head=n_head, ffn_dim=state["layers.0.mlp.gate_proj.weight"].shape[0],
-                   norm_eps=norm_eps)
+                   norm_eps=norm_eps, caption_slots=caption_slots)
+
+
+class _Prefixed:
+    """A context with the caption slots before every key: LANTERN's drafter gives those slots a RoPE of
+    zeros, so their keys (and queries) are zero vectors: every query reads each slot with a logit of 0,
+    whatever the mask says of the cells, and only their values are needed."""
+
+    def __init__(self, ctx, values: torch.Tensor):
+        self.ctx, self.values = ctx, values                    # values (B, h, P', d)
+
+    def keys(self, layer, k, v):
+        k_all, v_all, mask = self.ctx.keys(layer, k, v)
+        B, h, P, d = self.values.shape
+        if mask is None:                                       # the causal training path
+            T = k_all.shape[2]
+            mask = torch.full((T, T), float("-inf"), dtype=k_all.dtype, device=k_all.device).triu(1)[None, None]
+        open_ = torch.zeros(*mask.shape[:-1], P, dtype=mask.dtype, device=mask.device)
+        zeros = torch.zeros(k_all.shape[0], h, P, d, dtype=k_all.dtype, device=k_all.device)
+        values = self.values.to(v_all.dtype).expand(v_all.shape[0], -1, -1, -1)
+        return torch.cat([zeros, k_all], 2), torch.cat([values, v_all], 2), torch.cat([open_, mask], -1)
 
 
 class _Attention(nn.Module):
@@ -131,11 +155,22 @@ class DraftHead(nn.Module):
             e = e + cond.to(feats.dtype)
         return self.fc(torch.cat([e, feats], dim=-1))
 
-    def forward(self, tokens: torch.Tensor, feats: torch.Tensor, rope: torch.Tensor, cond=None) -> torch.Tensor:
+    def caption_values(self, feats: torch.Tensor) -> torch.Tensor:
+        """LANTERN's caption slots: token 0 read with the target's feature at each caption slot but the last
+        (whose feature cell 0 reads), feats (B, P', D) -> their attention values (B, h, P', d)."""
+        B, P, _ = feats.shape
+        x = self._inputs(torch.zeros(B, P, dtype=torch.long, device=feats.device), feats)
+        attn = self.layers[0].self_attn
+        return attn.v_proj(x).view(B, P, attn.n_head, attn.head_dim).transpose(1, 2)
+
+    def forward(self, tokens: torch.Tensor, feats: torch.Tensor, rope: torch.Tensor, cond=None,
+                captions: torch.Tensor | None = None) -> torch.Tensor:
         """Training path, causal over one sequence: tokens (B, T), feats (B, T, D), rope (T, d/2, 2) of
-        the cells the tokens sit at -> (B, T, D) predicted features."""
+        the cells the tokens sit at -> (B, T, D) predicted features. captions (B, h, P', d): the caption
+        slots' values (caption_values), read by every token."""
         x = self._inputs(tokens, feats, cond)
-        return self.layers[0](x, rope_parts(rope), _Causal())
+        ctx = _Causal() if captions is None else _Prefixed(_Causal(), captions)
+        return self.layers[0](x, rope_parts(rope), ctx)
 
     def new_cache(self, batch: int, n_cells: int, device, dtype=torch.float32) -> KVCache:
         return KVCache(1, batch, self.cfg.n_head, 0, n_cells, self.cfg.head_dim, device, dtype)
@@ -143,13 +178,15 @@ class DraftHead(nn.Module):
     @torch.no_grad()
     def forward_cells(self, cache: KVCache, tokens: torch.Tensor, feats: torch.Tensor, cells: torch.Tensor,
                       rope: torch.Tensor, write: torch.Tensor | None = None, tree: torch.Tensor | None = None,
-                      cond=None) -> torch.Tensor:
+                      cond=None, captions: torch.Tensor | None = None) -> torch.Tensor:
         """The cached forward, as GPT.forward_cells: tokens (B, T) at cells (T,), feats (B, T, D) the
-        feature each reads, rope (T, d/2, 2) of those cells; -> (B, T, D) predicted features."""
+        feature each reads, rope (T, d/2, 2) of those cells; -> (B, T, D) predicted features.
+        captions: as forward's."""
         slots, key_ok, sees, reach = cell_attention(cache, cells, 0, write, None, tree)
         write = torch.ones(cells.shape[0], dtype=torch.bool, device=cells.device) if write is None else write
         x = self._inputs(tokens, feats.to(cache.k.dtype), cond)
-        return self.layers[0](x, rope_parts(rope), _CachedContext(cache, slots, write, key_ok, sees, reach))
+        ctx = _CachedContext(cache, slots, write, key_ok, sees, reach)
+        return self.layers[0](x, rope_parts(rope), ctx if captions is None else _Prefixed(ctx, captions))
 
 
 class _Causal:
@@ -158,8 +195,9 @@ class _Causal:
 
 
 def load_lantern(folder) -> DraftHead:
-    """A LANTERN-format drafter folder: config.json (num_attention_heads, rms_norm_eps) and
-    pytorch_model.bin or model.safetensors with the KEYS above. FileNotFoundError names what is missing."""
+    """A LANTERN-format drafter folder: config.json (num_attention_heads, rms_norm_eps; caption_slots, true
+    unless it says false: LANTERN's drafters read the caption slots) and pytorch_model.bin or
+    model.safetensors with the KEYS above. FileNotFoundError names what is missing."""
     import json
     from pathlib import Path
     folder = Path(folder)
@@ -173,6 +211,7 @@ def load_lantern(folder) -> DraftHead:
         state = load_file(str(weights))
     else:
         state = torch.load(weights, map_location="cpu", weights_only=True)
-    head = DraftHead(HeadConfig.from_state(state, int(conf["num_attention_heads"]), float(conf.get("rms_norm_eps", 1e-6))))
+    head = DraftHead(HeadConfig.from_state(state, int(conf["num_attention_heads"]), float(conf.get("rms_norm_eps", 1e-6)),
+                                           caption_slots=bool(conf.get("caption_slots", True))))
     head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     return head.eval()

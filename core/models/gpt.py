@@ -522,7 +522,8 @@ class GPT(nn.Module):
         """Write the caption prefix into the cache; returns (B, V) logits for cell 0.
 
         drop (B,) bool: rows that read the null caption (the unconditional half of CFG). out (dict,
-        optional) receives "hidden" (B, D), the feature of the last prefix slot."""
+        optional) receives "hidden" (B, D), the feature of the last prefix slot, and "prefix_hidden"
+        (B, P, D), every prefix slot's."""
         P = self.cfg.prefix_len
         x = self.prefix_embeddings(captions, drop).to(cache.k.dtype)
         cond = self.cell_conditioning(captions, grid, drop)
@@ -537,6 +538,7 @@ class GPT(nn.Module):
         logits = self._trunk(x, self.rope(grid, x.device)[:P], _FullContext(mask[:, None], cache, slots, out))
         cache.valid[:, :P] = prefix_mask
         if out is not None:
+            out["prefix_hidden"] = out["hidden"]              # (B, P, D): every prefix slot's feature
             out["hidden"] = out["hidden"][:, -1]
         return logits[:, -1]
 
