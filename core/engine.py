@@ -95,6 +95,13 @@ def load_pair(name: str = "embedded") -> ModelPair:
     return pair
 
 
+def _neighbours(pair: ModelPair, method: str):
+    """The neighbour table a method reads: the tree methods' own where the pair has one (LANTERN's, on the
+    raw codebook weights, for the LlamaGen and Tar pairs), else the pair's."""
+    own = getattr(pair, "tree_neighbours", None)
+    return own if method in TREE_METHODS and own is not None else pair.neighbours
+
+
 def context(run: RunConfig, pair: ModelPair) -> MethodContext:
     run = resolved(run, pair)   # sampling None: the pair's defaults
     validate(run, pair.vocab_size, pair.grid, registry())
@@ -120,7 +127,7 @@ def context(run: RunConfig, pair: ModelPair) -> MethodContext:
             raise ParameterError(f"method {run.method}: {e}") from None
     return MethodContext(target=pair.target, drafter=drafter, tokenizer=pair.tokenizer, grid=pair.grid,
                          caption=lambda grid: pair.caption(run.prompt, grid), sampling=run.sampling,
-                         params=run.params, gen=gen, device=pair.device, neighbours=pair.neighbours.cpu(),
+                         params=run.params, gen=gen, device=pair.device, neighbours=_neighbours(pair, run.method).cpu(),
                          upsampler_net=pair.upsampler, head=head)
 
 

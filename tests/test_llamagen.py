@@ -170,3 +170,20 @@ def test_a_class_conditional_pair_runs_in_bfloat16():
     for method in ("ar", "sd"):
         trace = engine.run(RunConfig(method=method, prompt="7", seed=0).with_params(k=16), pair)   # a 64-code book
         assert Trace.from_json(trace.to_json()).tokens == trace.tokens
+
+
+def test_the_tree_methods_read_lantern_s_table_l2_on_the_raw_codebook_weights(t2i_pair):
+    """LANTERN's released code ranks neighbours by L2 on `embedding.weight` as stored; the pair's own table
+    (mulo's B_k, gsd) is L2 on the L2-normalised codes the VQ looks up. Oracle: a brute-force ranking of the
+    raw weights; the control: the normalised table, which ranks otherwise."""
+    from core.config import MethodParams
+    w = t2i_pair.tokenizer.quantize.embedding.weight.detach().float().cpu()
+    d = torch.cdist(w, w)
+    d.fill_diagonal_(float("inf"))
+    K = t2i_pair.tree_neighbours.shape[1]
+    want = d.argsort(dim=1)[:, :K]
+    assert torch.equal(t2i_pair.tree_neighbours, want)
+    assert not torch.equal(t2i_pair.neighbours[:, :K], want)
+    for method, table in (("lantern", t2i_pair.tree_neighbours), ("mulo", t2i_pair.neighbours)):
+        ctx = engine.context(RunConfig(method=method, prompt="a photo of a cat", params=MethodParams(k=16)), t2i_pair)
+        assert torch.equal(ctx.neighbours, table.cpu())

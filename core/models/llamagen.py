@@ -334,7 +334,8 @@ def assemble(name: str, target: GPT, tokenizer: VQModel, grid: tuple[int, int], 
                               for m in (target, drafter, small))
     tokenizer = tokenizer.to(device=device, dtype=torch.float32)
     return ModelPair(name, target, drafter or target, small, tokenizer, grid, caption,
-                     tokenizer.neighbours(NEIGHBOURS).cpu(), scales=scales, device=str(device), head_net=head_net)
+                     tokenizer.neighbours(NEIGHBOURS).cpu(), scales=scales, device=str(device), head_net=head_net,
+                     tree_neighbours=tokenizer.neighbours(NEIGHBOURS, raw=True).cpu())   # as LANTERN's code
 
 
 def load_pair(name: str = "llamagen-t2i", weights_dir: str | Path | None = None, device="cpu",

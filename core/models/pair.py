@@ -29,6 +29,8 @@ class ModelPair:
 
     head_net: Callable | None = None        # () -> the EAGLE draft head on the target's features (tree
     #                                         methods), loaded on first use; raises an error naming its file
+    tree_neighbours: torch.Tensor | None = None   # (V, K) the tree methods' own table where their released
+    #                                         code builds another (LANTERN: L2 on the raw codebook weights)
 
     def draft_head(self, method: str = "eagle") -> torch.nn.Module:
         """The pair's EAGLE draft head; ValueError naming what is missing when it has none."""

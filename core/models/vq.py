@@ -228,9 +228,10 @@ class VQModel(nn.Module):
         return self.decoder(self.post_quant_conv(z)).clamp(-1, 1)
 
     @torch.no_grad()
-    def neighbours(self, k: int) -> torch.Tensor:
-        """(V, k) nearest other codes of each code (L2 on the code vectors), nearest first."""
-        codes = self.quantize.codes().float()
+    def neighbours(self, k: int, raw: bool = False) -> torch.Tensor:
+        """(V, k) nearest other codes of each code (L2 on the code vectors as looked up, or with raw on the
+        stored embedding weights before any normalisation: LANTERN's table), nearest first."""
+        codes = (self.quantize.embedding.weight if raw else self.quantize.codes()).float()
         k = min(k, codes.shape[0] - 1)
         out = []
         for start in range(0, codes.shape[0], 4096):  # rows in chunks: a 16384-code table stays small
