@@ -94,7 +94,8 @@ PRESETS: dict[str, tuple[str, dict]] = {
                            "target pass: a random root-to-leaf path of the tree just drafted, cut to the tree's mean "
                            "path length. The unverified cells are the decode steps of the trace; compare the passes "
                            "with the EAGLE-2 tree preset.",
-                           dict(method="vvs", tree_tokens=59, tree_depth=5, tree_top_k=10, static_tree="paper")),
+                           dict(method="vvs", tree_tokens=59, tree_depth=5, tree_top_k=10, static_tree="paper",
+                                lantern_k=1000)),
     "scd: drafts settle": ("Jacobi decoding whose unaccepted guesses are redrawn from a coupling with the old "
                            "ones: a guess the new context does not contradict stays, so later passes accept "
                            "longer runs. Lossless; compare its passes with sjd at the same window L = 32.",

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from . import engine, likelihood, yardsticks
-from .config import SEED_END, MethodParams, ParameterError, RunConfig, SamplingConfig
+from .config import SEED_END, MethodParams, ParameterError, RunConfig, SamplingConfig, knobs_read
 from .distributed import Ranks, barrier, broadcast, shard
 from .embedded import family
 from .embedded.evaluate import heldout, read_images, reference_features
@@ -82,24 +82,28 @@ def run_config(configs: list[tuple[str, RunConfig]], n_prompts: int, seed: int) 
 ADDED_KNOBS = {"base": {"params": {"accept": "pooled", "commit": "proposal", "lantern_residual": "moved",
                                    "static_tree": "cpu", "vvs_interval": 5, "vvs_threshold": 0.7}}}
 # Knobs removed since, and the method whose records they shaped: a folder that names one resumes (the
-# knob dropped from its config) unless a spec runs that method, whose records an earlier reading made.
+# knob left out of the comparison) unless a spec runs that method, whose records an earlier reading made.
 REMOVED_KNOBS = {"vvs_skip": "vvs"}
 
 
 def _check_removed(folder: RunFolder, configs) -> dict:
-    """A folder written before a knob of REMOVED_KNOBS left MethodParams: refused if a spec runs the method
-    that knob shaped; else the knobs to leave out of the comparison (claim's `removed`)."""
+    """The base knobs left out of the folder comparison (claim's `removed`): those no spec reads (a default
+    of a method the run does not measure may change and the folder still resumes) and those removed since
+    (REMOVED_KNOBS); a folder that names a removed knob is refused if a spec runs the method it shaped."""
     f = folder.path / "config.json"
     try:
         params = json.loads(f.read_text())["base"]["params"] if f.exists() else {}
     except (ValueError, KeyError, TypeError):
-        return {}                               # claim names what is wrong with it
-    gone = [k for k in REMOVED_KNOBS if isinstance(params, dict) and k in params]
+        params = {}                             # claim names what is wrong with it
+    params = params if isinstance(params, dict) else {}
+    gone = [k for k in REMOVED_KNOBS if k in params]
     hit = [k for k in gone if any(c.method == REMOVED_KNOBS[k] for _, c in configs)]
     if hit:
         raise RunFolderError(f"{folder.path} holds {REMOVED_KNOBS[hit[0]]} records of an earlier reading of it "
                              f"({hit[0]}, since removed); they cannot be resumed: choose another --out")
-    return {"base": {"params": {k: None for k in gone}}}
+    read = {k for _, c in configs for k in knobs_read(c.method, c.params)}
+    unread = {f.name for f in dataclasses.fields(MethodParams)} - read
+    return {"base": {"params": {k: None for k in [*gone, *unread]}}}
 
 
 def check_seeds(seed: int, n_prompts: int) -> None:

@@ -161,7 +161,7 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--gamma", type=int, default=m.gamma, help="tokens drafted per cycle (sd, cool)")
     sizes = lambda knob: "; ".join(f"{name}: {d[knob]}" for name, d in TREE_SIZES.items())  # noqa: E731
     p.add_argument("--tree", default="cpu", choices=list(TREE_SIZES),
-                   help="the tree sizes the four flags below take when not given: cpu (sized for a laptop) | "
+                   help="the tree sizes the five flags below take when not given: cpu (sized for a laptop) | "
                         "paper (as the released code runs LlamaGen) (eagle, lantern, lantern_pp, vvs)")
     p.add_argument("--tree-tokens", type=int, default=None,
                    help=f"draft tree nodes verified per cycle, root included (eagle, lantern, vvs; {sizes('tree_tokens')})")
@@ -171,8 +171,8 @@ def _add_run_args(p: argparse.ArgumentParser, model: str) -> None:
                    help=f"children per expanded node (eagle, lantern, vvs; {sizes('tree_top_k')})")
     p.add_argument("--static-tree", default=None, help=f"lantern_pp's static tree: {sizes('static_tree')}")
     p.add_argument("--delta", type=float, default=m.delta, help="total-variation budget (lantern, vvs)")
-    p.add_argument("--lantern-k", type=int, default=m.lantern_k,
-                   help="neighbours considered (lantern, lantern_pp, vvs; capped at the codebook size)")
+    p.add_argument("--lantern-k", type=int, default=None,
+                   help=f"neighbours considered (lantern, lantern_pp, vvs; capped at the codebook size; {sizes('lantern_k')})")
     p.add_argument("--lantern-lambda", type=float, default=m.lantern_lambda,
                    help="bound p~(x) <= lambda p(x) (lantern_pp; 1 = lossless)")
     p.add_argument("--lantern-residual", default=m.lantern_residual,

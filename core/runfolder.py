@@ -68,8 +68,8 @@ class RunFolder:
     def claim(self, config: dict, write: bool = True, added: dict | None = None, removed: dict | None = None) -> None:
         """Check that the folder holds this configuration; a new folder gets it (when `write`). `added`
         (nested like config): the value a field the folder's config lacks is taken to have had (a knob
-        added since, at the value that reproduces what ran before it); `removed`: fields of the folder's
-        config left out of the comparison (a knob removed since, that none of its records read)."""
+        added since, at the value that reproduces what ran before it); `removed`: fields left out of the
+        comparison on both sides (a knob none of the records read, or one removed since)."""
         config = json.loads(json.dumps(config))  # the form it takes on disk
         f = self.path / CONFIG
         if f.exists():
@@ -77,7 +77,7 @@ class RunFolder:
                 old = json.loads(f.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise RunFolderError(f"{f} is not valid JSON ({e}); remove the folder or choose another --out")
-            diff = _differences(_with_added(_without(old, removed), added), config)
+            diff = _differences(_without(_with_added(old, added), removed), _without(config, removed))
             if diff:
                 raise RunFolderError(f"{self.path} holds a run of another configuration ({'; '.join(diff)}); "
                                      f"rerun the command that started it to resume, or choose another --out")

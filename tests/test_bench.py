@@ -62,3 +62,20 @@ def test_a_folder_from_before_a_knob_was_removed_resumes_unless_a_spec_runs_the_
     with pytest.raises(RunFolderError, match="vvs records of an earlier reading of it \\(vvs_skip"):
         bench.run([*specs, "vvs"], 3, 5, out=out)
     assert "vvs_skip" in (out / "config.json").read_text()          # the folder is left as it was
+
+
+def test_a_default_no_spec_reads_may_change_and_the_folder_still_resumes_but_a_read_one_may_not(tmp_path):
+    """The shipped folder ran at lantern_k 1000 (no spec of it reads lantern_k): it resumes at today's 31;
+    a change of a knob its mulo spec reads (tau) is refused by name."""
+    import json
+    import shutil
+
+    from conftest import SHIPPED_BENCH
+    from core.runfolder import RunFolderError
+    out = tmp_path / "old"
+    shutil.copytree(SHIPPED_BENCH, out)
+    assert json.loads((out / "config.json").read_text())["base"]["params"]["lantern_k"] == 1000
+    specs = ["mulo:scale=4:context=verify", "zipar:window=4"]
+    assert bench.run(specs, 3, 5, out=out) is not None
+    with pytest.raises(RunFolderError, match="base.params.tau: 0.5 there, 0.3 now"):
+        bench.run(specs, 3, 5, base=RunConfig().with_params(tau=0.3), out=out)

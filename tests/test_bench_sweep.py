@@ -178,10 +178,11 @@ def test_a_folder_of_another_configuration_names_what_changed(tmp_path):
 def test_a_folder_written_before_a_knob_existed_resumes_when_the_knob_is_at_its_old_value(tmp_path):
     old = dict(prompts=3, base=dict(params=dict(tau=0.05)))          # written before accept and commit
     RunFolder(tmp_path).claim(old)
-    today = dict(prompts=3, base=dict(params=dict(tau=0.05, accept="pooled", commit="proposal")))
+    since = bench.ADDED_KNOBS["base"]["params"]                      # accept, commit and every knob added later
+    today = dict(prompts=3, base=dict(params=dict(tau=0.05, **since)))
     RunFolder(tmp_path).claim(today, added=bench.ADDED_KNOBS)          # the same run: resumes
     with pytest.raises(RunFolderError, match=r"base\.params\.accept: 'pooled' there, 'exact' now"):
-        RunFolder(tmp_path).claim(dict(prompts=3, base=dict(params=dict(tau=0.05, accept="exact", commit="proposal"))),
+        RunFolder(tmp_path).claim(dict(prompts=3, base=dict(params=dict(tau=0.05, **{**since, "accept": "exact"}))),
                                   added=bench.ADDED_KNOBS)
     with pytest.raises(RunFolderError, match=r"base\.params\.accept: None there, 'pooled' now"):
         RunFolder(tmp_path).claim(today)                                 # control: without what was added

@@ -78,7 +78,8 @@ def test_the_paper_static_tree_is_the_released_57_node_tree():
     assert all(p[:-1] in t or len(p) == 1 for p in t)                         # closed under parents
     assert all(p[-1] == 0 or (*p[:-1], p[-1] - 1) in t for p in t)           # ranks without gaps
     assert sum(1 for p in t if not any(c[:-1] == p for c in t)) == 33        # leaves
-    assert TREE_SIZES["paper"] == dict(tree_tokens=59, tree_depth=5, tree_top_k=10, static_tree="paper")
+    assert TREE_SIZES["paper"] == dict(tree_tokens=59, tree_depth=5, tree_top_k=10, static_tree="paper",
+                                                         lantern_k=1000)
 
 
 # --- VVS: the schedules and the skipped cycle, replayed from their definitions ---------------------------
